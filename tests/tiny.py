@@ -1,0 +1,68 @@
+"""Tiny offline models for tests: a byte-level BPE tokenizer trained in memory and a random small causal LM."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+CORPUS = [
+    "Describe a city in the clouds:",
+    "Invent a new holiday and explain it:",
+    "Write a bedtime story for a dragon:",
+    "Design a playground on Mars:",
+    "Your last answer had 12 characters. The second answer was 2.0 times as long as the first; "
+    "the goal is 2 to 3 times. Please write an improved answer.",
+    "The quick brown fox jumps over the lazy dog. Once upon a time there was a small robot who loved to paint.",
+    "def add(a, b):\n    return a + b\n\nprint(add(1, 2))",
+]
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer_json(vocab_size: int) -> str:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS * 20, trainer=trainer)
+    return tok.to_str()
+
+
+def make_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_tokenizer_json(vocab_size)),
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
+
+
+def make_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, arch: str = "llama"):
+    """A random causal LM with tied embeddings (hidden 32, 2 layers by default)."""
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    elif arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    else:
+        raise ValueError(arch)
+    return model

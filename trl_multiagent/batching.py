@@ -1,0 +1,109 @@
+"""Flat training rows per agent, and their split into micro-batches. Plain tensor functions, no model.
+
+One agent's rows are a dict of tensors with a leading row dimension (``prompt_ids``, ``prompt_mask``,
+``completion_ids``, ``completion_mask``, ``advantages`` and optional per-token log-probs) plus the scalar
+``num_items_in_batch``: the shape TRL's `_compute_loss` takes. Agents keep separate dicts because their vocabularies,
+pad tokens and lengths differ.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl.trainer.utils import pad
+
+# Keys whose second dimension runs over completion tokens.
+COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps")
+
+
+def agent_rows(
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    advantages: torch.Tensor,
+    pad_token_id: int,
+    device: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:
+    """Pad one agent's rows: prompts on the left, completions on the right (as GRPOTrainer does)."""
+    prompts = [torch.tensor(ids, dtype=torch.long) for ids in prompt_ids]
+    completions = [torch.tensor(ids, dtype=torch.long) for ids in completion_ids]
+    return {
+        "prompt_ids": pad(prompts, padding_value=pad_token_id, padding_side="left").to(device),
+        "prompt_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left").to(device),
+        "completion_ids": pad(completions, padding_value=pad_token_id, padding_side="right").to(device),
+        "completion_mask": pad([torch.ones_like(c) for c in completions], padding_value=0, padding_side="right").to(
+            device
+        ),
+        "advantages": advantages.to(device),
+    }
+
+
+def _rows(batch: dict) -> int:
+    return batch["prompt_ids"].size(0)
+
+
+def pad_rows(batch: dict, num_rows: int) -> dict:
+    """Append inert rows until the batch has `num_rows` rows.
+
+    An inert row copies the first row's tokens (so the forward sees real text and stays finite) with a zero completion
+    mask and a zero advantage: it adds nothing to the loss or its gradient. It exists so that every micro-batch, and
+    every process, runs the same forwards.
+    """
+    missing = num_rows - _rows(batch)
+    if missing < 0:
+        raise ValueError(f"pad_rows: batch already has {_rows(batch)} rows, more than {num_rows}.")
+    if missing == 0:
+        return batch
+    out = {}
+    for key, value in batch.items():
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            out[key] = value
+            continue
+        filler = value[:1].expand(missing, *value.shape[1:]).clone()
+        if key in ("completion_mask", "advantages"):
+            filler.zero_()
+        out[key] = torch.cat([value, filler])
+    return out
+
+
+def trim(batch: dict) -> dict:
+    """Drop prompt columns that are padding in every row, and completion columns past the last real token."""
+    prompt_keep = batch["prompt_mask"].any(dim=0).nonzero()
+    start = int(prompt_keep[0]) if len(prompt_keep) else batch["prompt_mask"].size(1) - 1
+    completion_keep = batch["completion_mask"].any(dim=0).nonzero()
+    # Keep at least one completion column: TRL slices logits with `-logits_to_keep`, which must not be 0.
+    end = int(completion_keep[-1]) + 1 if len(completion_keep) else 1
+    out = dict(batch)
+    out["prompt_ids"] = batch["prompt_ids"][:, start:]
+    out["prompt_mask"] = batch["prompt_mask"][:, start:]
+    for key in COMPLETION_KEYS:
+        if key in batch and batch[key] is not None:
+            out[key] = batch[key][:, :end]
+    return out
+
+
+def split_micro_batches(
+    agent_batches: list[dict], num_chunks: int, rows_per_agent: list[int] | None = None, generator=None
+) -> list[list[dict]]:
+    """Shuffle each agent's rows and cut them into `num_chunks` micro-batches.
+
+    Every micro-batch gets rows of every agent, the same number per agent in every micro-batch (inert rows pad the
+    rest, see `pad_rows`). `rows_per_agent` lets distributed training pad to the largest count across processes.
+
+    Returns:
+        ``micro_batches[s][agent]``: a trimmed row dict.
+    """
+    micro_batches = [[] for _ in range(num_chunks)]
+    for i, batch in enumerate(agent_batches):
+        n = _rows(batch)
+        order = torch.randperm(n, generator=generator)
+        shuffled = {k: v[order] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}
+        target = max(n, rows_per_agent[i] if rows_per_agent else 0)
+        target = -(-target // num_chunks) * num_chunks
+        padded = pad_rows(shuffled, target)
+        size = target // num_chunks
+        for s in range(num_chunks):
+            chunk = {
+                k: v[s * size : (s + 1) * size] if isinstance(v, torch.Tensor) and v.dim() > 0 else v
+                for k, v in padded.items()
+            }
+            micro_batches[s].append(trim(chunk))
+    return micro_batches

@@ -1,0 +1,161 @@
+"""Calling conventions of the user's joint reward and transition functions, and checks of what they return.
+
+Joint reward::
+
+    reward(completions_agent_0, completions_agent_1, ..., *, prompts, turn, trainer_state, <dataset columns>)
+
+gets one list of completions per agent, aligned by joint action, and returns one float (or None) per joint action.
+Keywords are passed only when the function names them or takes ``**kwargs``. It may be ``async``.
+
+Transition::
+
+    transition(prompt, agent_completions, num_agents, *, prompt_history_per_agent, response_history_per_agent,
+               turn, reward, <dataset columns>)
+
+gets one branch (one joint action) and returns the next prompt of each agent: N strings, or N chat message lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def callable_name(func: Callable) -> str:
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def _parameters(func: Callable) -> tuple[set[str], bool]:
+    """Names the function accepts as keywords, and whether it takes ``**kwargs``."""
+    params = inspect.signature(func).parameters.values()
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def _pick_keywords(func: Callable, available: dict[str, Any]) -> dict[str, Any]:
+    names, takes_any = _parameters(func)
+    return dict(available) if takes_any else {k: v for k, v in available.items() if k in names}
+
+
+def _run(result):
+    # An async reward or transition is awaited to completion here; the trainer's own loop is synchronous.
+    return asyncio.run(result) if inspect.isawaitable(result) else result
+
+
+class JointReward:
+    """One or more weighted joint reward functions, called with TRL-like conventions."""
+
+    def __init__(self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int):
+        self.funcs = list(funcs)
+        if not self.funcs:
+            raise ValueError("MAGRPOTrainer needs a joint reward: pass `reward_func=` (or `reward_funcs=`).")
+        self.weights = [1.0] * len(self.funcs) if weights is None else [float(w) for w in weights]
+        if len(self.weights) != len(self.funcs):
+            raise ValueError(
+                f"MAGRPOTrainer got {len(self.weights)} reward_weights for {len(self.funcs)} reward functions."
+            )
+        self.names = [callable_name(f) for f in self.funcs]
+        self.num_agents = num_agents
+        for func, name in zip(self.funcs, self.names, strict=True):
+            if not callable(func):
+                raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
+            try:
+                inspect.signature(func).bind(*([[]] * num_agents))
+            except TypeError as err:
+                raise TypeError(
+                    f"Reward function {name!r} cannot be called with {num_agents} positional lists of completions "
+                    f"(one per agent): {err}. Its signature is {name}{inspect.signature(func)}."
+                ) from None
+
+    def __call__(self, completions: list[list[str]], turn: int, keywords: dict[str, Any]) -> tuple[list[float], list]:
+        """Joint reward per joint action (weighted sum over functions), and each function's raw values."""
+        count = len(completions[0])
+        per_func = []
+        for func, name in zip(self.funcs, self.names, strict=True):
+            values = _run(func(*completions, **_pick_keywords(func, {**keywords, "turn": turn})))
+            per_func.append(check_rewards(name, values, count, turn))
+        total = []
+        for j in range(count):
+            scored = [w * vals[j] for w, vals in zip(self.weights, per_func, strict=True) if vals[j] is not None]
+            total.append(sum(scored) if scored else 0.0)
+        return total, per_func
+
+
+def check_rewards(name: str, values: Any, count: int, turn: int) -> list[float | None]:
+    """The values as floats (None kept), or a clear error naming the function, the turn and what it returned."""
+    where = f"Reward function {name!r} (turn {turn})"
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "tolist"):
+        raise TypeError(f"{where} must return a list of {count} floats, one per joint action; got {values!r}.")
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    if len(values) != count:
+        raise ValueError(
+            f"{where} returned {len(values)} values for {count} joint actions; it must return one per joint action. "
+            f"Got: {_short(values)}."
+        )
+    out = []
+    for j, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{where} returned a non-number at index {j}: {v!r} (all values: {_short(values)}).")
+        if math.isnan(v) or math.isinf(v):
+            raise ValueError(f"{where} returned {v} at index {j}; rewards must be finite (all: {_short(values)}).")
+        out.append(float(v))
+    return out
+
+
+class Transition:
+    """The user's external transition, called once per branch that goes on to the next turn."""
+
+    REQUIRED = ("prompt", "agent_completions", "num_agents")
+
+    def __init__(self, func: Callable, num_agents: int, conversational: bool):
+        self.func = func
+        self.name = callable_name(func)
+        self.num_agents = num_agents
+        self.conversational = conversational
+        if not callable(func):
+            raise TypeError(f"external_transition is not callable: got {type(func).__name__}.")
+        names, takes_any = _parameters(func)
+        missing = [k for k in self.REQUIRED if k not in names and not takes_any]
+        if missing:
+            raise TypeError(
+                f"external_transition {self.name!r} must accept the keywords {list(self.REQUIRED)} (or **kwargs); it "
+                f"lacks {missing}. Its signature is {self.name}{inspect.signature(func)}."
+            )
+
+    def __call__(self, prompt, agent_completions: list[str], turn: int, history: dict[str, Any]) -> list:
+        keywords = {"prompt": prompt, "agent_completions": agent_completions, "num_agents": self.num_agents}
+        keywords.update(_pick_keywords(self.func, {**history, "turn": turn}))
+        result = _run(self.func(**keywords))
+        return check_prompts(self.name, result, self.num_agents, turn, self.conversational)
+
+
+def check_prompts(name: str, result: Any, num_agents: int, turn: int, conversational: bool) -> list:
+    where = f"external_transition {name!r} (after turn {turn})"
+    if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
+        raise TypeError(f"{where} must return a list of {num_agents} prompts, one per agent; got {_short(result)}.")
+    result = list(result)
+    if len(result) != num_agents:
+        raise ValueError(
+            f"{where} returned {len(result)} prompts for {num_agents} agents; it must return one per agent. "
+            f"Got: {_short(result)}."
+        )
+    for i, p in enumerate(result):
+        is_messages = isinstance(p, list) and all(isinstance(m, dict) and "content" in m for m in p)
+        if not (isinstance(p, str) or is_messages):
+            raise TypeError(
+                f"{where} returned a {type(p).__name__} for agent {i}; each prompt must be a string"
+                f"{' or a list of chat messages' if conversational else ''}. Got: {_short(p)}."
+            )
+    return result
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,114 @@
+"""`MAGRPOConfig`: GRPOConfig plus the multi-agent, multi-turn fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from trl import GRPOConfig
+
+from .credit import JOINT_MODES
+
+
+def _has_accelerator() -> bool:
+    if torch.cuda.is_available():
+        return True
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+@dataclass
+class MAGRPOConfig(GRPOConfig):
+    r"""
+    Configuration for [`MAGRPOTrainer`]: everything [`~trl.GRPOConfig`] has, plus the fields below.
+
+    Each agent writes `num_generations` (K) completions per tree node. A turn's joint answers are scored by the joint
+    reward; the transition turns each joint answer into the next turn's prompts.
+
+    Parameters:
+        num_turns (`int`, *optional*, defaults to `1`):
+            Number of turns. `num_turns=2` adds a second turn, fed by `external_transition`.
+        discount (`float`, *optional*, defaults to `1.0`):
+            Return of a joint answer = its reward + `discount` * mean return of the joint answers that follow it.
+        early_termination_threshold (`float` or `None`, *optional*, defaults to `-0.2`):
+            After a turn, a node whose mean joint reward is above this value is not expanded. `None` disables it.
+        joint_mode (`str`, *optional*, defaults to `"aligned"`):
+            `"aligned"`: the j-th completions of all agents form K joint answers. `"cross"`: every combination,
+            K**N joint answers.
+        max_new_tokens (`int` or `None`, *optional*):
+            Alias of `max_completion_length`.
+        check_functions_before_training (`bool`, *optional*, defaults to `True`):
+            Call the reward and the transition once on the first training row with placeholder answers when the
+            trainer is built, so that a wrong return (count, type, NaN) fails before any generation.
+
+    On a machine without a GPU, `bf16` defaults to `False` (TRL's `True` would raise there) and `use_cpu` to `True`.
+
+    Example:
+
+    ```python
+    >>> from trl_multiagent import MAGRPOConfig
+    >>> config = MAGRPOConfig(num_turns=2, num_generations=4, max_new_tokens=64, early_termination_threshold=0.9)
+    >>> config.max_completion_length
+    64
+    ```
+    """
+
+    num_turns: int = field(default=1, metadata={"help": "Number of turns; 2 adds a second turn after feedback."})
+    discount: float = field(
+        default=1.0,
+        metadata={"help": "Return = reward + discount * mean return of the next turn's joint answers."},
+    )
+    early_termination_threshold: float | None = field(
+        default=-0.2,
+        metadata={
+            "help": "A node whose mean joint reward is above this value is not expanded to the next turn. "
+            "None disables early termination."
+        },
+    )
+    joint_mode: str = field(
+        default="aligned",
+        metadata={
+            "help": "How agents' completions form joint answers: 'aligned' (the j-th of each agent, K joint answers "
+            "per node) or 'cross' (every combination, K**N).",
+            "choices": list(JOINT_MODES),
+        },
+    )
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Alias of `max_completion_length`; wins when both are given."}
+    )
+    check_functions_before_training: bool = field(
+        default=True,
+        metadata={
+            "help": "Call the reward and transition once with placeholder answers when the trainer is built, so "
+            "that contract errors surface before any generation."
+        },
+    )
+
+    def __post_init__(self):
+        if not _has_accelerator():
+            # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
+            if self.bf16 is None:
+                self.bf16 = False
+            # Without use_cpu, two CPU processes launched with torchrun silently train two independent copies.
+            # DeepSpeed has its own CPU path and falls back to DDP when use_cpu is set, so it is left alone there.
+            if self.deepspeed is None:
+                self.use_cpu = True
+        if self.max_new_tokens is not None:
+            self.max_completion_length = self.max_new_tokens
+        super().__post_init__()
+        self.max_new_tokens = self.max_completion_length
+
+        if self.num_turns < 1:
+            raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")
+        if self.joint_mode not in JOINT_MODES:
+            raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
+        if self.discount < 0:
+            raise ValueError(f"MAGRPOConfig: discount must be >= 0, got {self.discount}.")
+        # Trees grow from whole prompts on one process: a process's generation batch must hold whole groups.
+        per_process = self.per_device_train_batch_size * self.steps_per_generation
+        if per_process % self.num_generations != 0:
+            raise ValueError(
+                f"MAGRPOConfig: per_device_train_batch_size * steps_per_generation ({per_process}) must be a multiple "
+                f"of num_generations ({self.num_generations}), so that each process holds whole prompts. For example, "
+                f"set per_device_train_batch_size={self.num_generations}."
+            )

@@ -1,0 +1,163 @@
+"""Turn-by-turn tree rollout, independent of any model.
+
+`run_rollout` grows one `RolloutTree` for a batch of dataset rows. At each turn it asks `generate` once per agent for
+every live node of every row (batched generation), scores every joint action of the turn with one `score` call, ends
+the nodes whose mean joint reward is above the early-termination threshold, and asks `transition` for the next
+prompts of every joint action that goes on. The trainer supplies the three callables; tests supply fakes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .credit import completion_returns, joint_choices, joint_returns
+
+
+@dataclass
+class Node:
+    """One state of the team: a prompt per agent, and the K completions each agent wrote for it."""
+
+    row: int  # index of the dataset row (in the rollout batch) this tree grows from
+    turn: int  # 1-based
+    prompts: list  # one prompt per agent: text, or chat messages for conversational data
+    parent: int | None  # id of the joint action this node continues; None at a root
+    prompt_ids: list[list[int]] = field(default_factory=list)  # [agent] token ids of the prompt
+    completion_ids: list[list[list[int]]] = field(default_factory=list)  # [agent][k] token ids
+    completions: list[list[str]] = field(default_factory=list)  # [agent][k] decoded text
+    joint_actions: list[int] = field(default_factory=list)  # ids of this node's joint actions
+    terminated: bool = False  # ended by early termination (mean joint reward above the threshold)
+
+
+@dataclass
+class JointAction:
+    """One completion per agent at a node, and the joint reward the team got for it."""
+
+    node: int
+    choice: tuple[int, ...]  # completion index per agent
+    reward: float = math.nan
+    child: int | None = None  # id of the node it expanded into, if the branch went on
+
+
+@dataclass
+class Generation:
+    """What `generate` returns for one agent: per prompt its ids, then K completions per prompt, prompt-major."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    completions: list[str]
+
+
+@dataclass
+class RolloutTree:
+    nodes: list[Node] = field(default_factory=list)
+    joint_actions: list[JointAction] = field(default_factory=list)
+
+    def children(self) -> list[list[int]]:
+        """For each joint action, the joint-action ids of the node it expanded into (empty if it ended)."""
+        return [[] if a.child is None else self.nodes[a.child].joint_actions for a in self.joint_actions]
+
+    def returns(self, discount: float) -> list[float]:
+        return joint_returns([a.reward for a in self.joint_actions], self.children(), discount)
+
+    def completion_returns(self, returns: Sequence[float]) -> list[torch.Tensor]:
+        """Per node, an ``(num_agents, K)`` tensor of the return credited to each completion."""
+        out = []
+        for node in self.nodes:
+            num_agents, k = len(node.completions), len(node.completions[0])
+            choices = [self.joint_actions[a].choice for a in node.joint_actions]
+            out.append(completion_returns(choices, [returns[a] for a in node.joint_actions], num_agents, k))
+        return out
+
+    def answers(self, action_id: int) -> list[str]:
+        """The text of each agent's completion in one joint action."""
+        action = self.joint_actions[action_id]
+        return [self.nodes[action.node].completions[i][k] for i, k in enumerate(action.choice)]
+
+    def history(self, action_id: int) -> tuple[list[list], list[list[str]]]:
+        """Prompts and answers per agent along the path from the root to (and including) this joint action."""
+        path = []
+        current: int | None = action_id
+        while current is not None:
+            path.append(current)
+            current = self.nodes[self.joint_actions[current].node].parent
+        path.reverse()
+        num_agents = len(self.joint_actions[action_id].choice)
+        prompts = [[self.nodes[self.joint_actions[a].node].prompts[i] for a in path] for i in range(num_agents)]
+        answers_along = [self.answers(a) for a in path]
+        responses = [[answers[i] for answers in answers_along] for i in range(num_agents)]
+        return prompts, responses
+
+
+def run_rollout(
+    rows: Sequence[dict[str, Any]],
+    *,
+    num_agents: int,
+    num_generations: int,
+    num_turns: int,
+    joint_mode: str,
+    termination_threshold: float | None,
+    agent_prompts: Callable[[dict[str, Any]], list],
+    generate: Callable[[int, list], Generation],
+    score: Callable[[int, RolloutTree, list[int]], list[float]],
+    transition: Callable[[int, RolloutTree, int], list],
+    keep_going: Callable[[bool], bool] = lambda has_live_nodes: has_live_nodes,
+) -> RolloutTree:
+    """Grow the rollout tree of a batch of rows, turn by turn.
+
+    Args:
+        agent_prompts: builds the first-turn prompt of each agent from a row.
+        generate: ``generate(agent, prompts)`` samples K completions for each prompt with one batched call.
+        score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
+        transition: ``transition(turn, tree, action_id)`` returns the next prompt of each agent.
+        keep_going: called after each turn with whether this process has live nodes; returns whether to run another
+            turn. Distributed training makes it agree across processes, so that every rank runs the same number of
+            `generate` calls (a rank without live nodes then calls `generate` with no prompts).
+    """
+    tree = RolloutTree()
+    choices = joint_choices(num_agents, num_generations, joint_mode)
+    live = []
+    for r, row in enumerate(rows):
+        tree.nodes.append(Node(row=r, turn=1, prompts=list(agent_prompts(row)), parent=None))
+        live.append(len(tree.nodes) - 1)
+
+    for turn in range(1, num_turns + 1):
+        for agent in range(num_agents):
+            gen = generate(agent, [tree.nodes[n].prompts[agent] for n in live])
+            for j, n in enumerate(live):
+                node = tree.nodes[n]
+                node.prompt_ids.append(gen.prompt_ids[j])
+                span = slice(j * num_generations, (j + 1) * num_generations)
+                node.completion_ids.append(gen.completion_ids[span])
+                node.completions.append(gen.completions[span])
+
+        new_actions = []
+        for n in live:
+            for choice in choices:
+                tree.joint_actions.append(JointAction(node=n, choice=choice))
+                tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
+                new_actions.append(len(tree.joint_actions) - 1)
+        rewards = score(turn, tree, new_actions) if new_actions else []
+        for a, reward in zip(new_actions, rewards, strict=True):
+            tree.joint_actions[a].reward = float(reward)
+
+        next_live = []
+        for n in live:
+            node = tree.nodes[n]
+            mean_reward = sum(tree.joint_actions[a].reward for a in node.joint_actions) / len(node.joint_actions)
+            node.terminated = termination_threshold is not None and mean_reward > termination_threshold
+            if turn == num_turns or node.terminated:
+                continue
+            for a in node.joint_actions:
+                prompts = list(transition(turn, tree, a))
+                tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=prompts, parent=a))
+                tree.joint_actions[a].child = len(tree.nodes) - 1
+                next_live.append(len(tree.nodes) - 1)
+        live = next_live
+        if turn == num_turns or not keep_going(bool(live)):
+            break
+    return tree

@@ -1,0 +1,551 @@
+"""`MAGRPOTrainer`: GRPOTrainer for a team of N agents trained on a joint reward, over one or more turns."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from datasets import Dataset, IterableDataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers.trainer import TRAINING_ARGS_NAME
+from trl import GRPOTrainer
+from trl.data_utils import is_conversational
+from trl.models.utils import _unwrap_model_for_generation, disable_gradient_checkpointing
+from trl.trainer.utils import add_fused_lm_head, pad
+
+from . import checkpoint
+from .batching import agent_rows, split_micro_batches
+from .callables import JointReward, Transition
+from .config import MAGRPOConfig
+from .credit import group_advantages
+from .rollout import Generation, RolloutTree, run_rollout
+from .team import AgentTeam
+
+PLACEHOLDER_ANSWER = "placeholder answer"
+
+
+class MAGRPOTrainer(GRPOTrainer):
+    """
+    Trainer for MAGRPO: N cooperating agents, one joint reward, multi-turn tree rollouts with feedback between turns.
+
+    What changes from [`~trl.GRPOTrainer`]:
+
+    - the model is an [`AgentTeam`] of N policies, so one optimizer and one accelerate/DeepSpeed engine hold them all;
+    - `_generate_and_score_completions` grows a rollout tree per prompt (`rollout.run_rollout`): each turn, one batched
+      `generate` per agent over every live node, one call of the joint reward, and the transition for each branch
+      that goes on; advantages are group-relative returns (`credit`);
+    - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
+    - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results;
+    - `_save` writes `agent_{i}/` folders, and `_load_from_checkpoint` reads them back.
+
+    TRL's loss types, clipping, KL, logging, optimizer and accelerate preparation are used unchanged.
+
+    Args:
+        agents: models or model ids, one per agent (heterogeneous teams allowed).
+        model, num_agents: alternatively one model (or id) copied `num_agents` times.
+        tokenizer / processing_class: one tokenizer for every agent, or one per agent.
+        reward_func / reward_funcs: joint reward callable(s); weights from `args.reward_weights`.
+        external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
+        formatters: optional per-agent callables mapping a dataset row to that agent's first prompt.
+
+    Example:
+
+    ```python
+    from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+
+    def ratio_reward(completions1, completions2):
+        return [min(len(b) / max(len(a), 1), 3.0) for a, b in zip(completions1, completions2)]
+
+    trainer = MAGRPOTrainer(
+        agents=["HuggingFaceTB/SmolLM2-135M-Instruct"] * 2,
+        reward_func=ratio_reward,
+        train_dataset=dataset,
+        args=MAGRPOConfig(num_generations=4, max_new_tokens=64),
+    )
+    trainer.train()
+    ```
+    """
+
+    _tag_names = ["trl", "magrpo", "trl_multiagent"]
+    _name = "MAGRPO"
+
+    def __init__(
+        self,
+        agents: Sequence[str | torch.nn.Module] | None = None,
+        *,
+        model: str | torch.nn.Module | None = None,
+        num_agents: int | None = None,
+        tokenizer: PreTrainedTokenizerBase | Sequence[PreTrainedTokenizerBase] | None = None,
+        processing_class: PreTrainedTokenizerBase | Sequence[PreTrainedTokenizerBase] | None = None,
+        reward_func: Callable | None = None,
+        reward_funcs: Callable | Sequence[Callable] | None = None,
+        external_transition: Callable | None = None,
+        formatters: Sequence[Callable[[dict], Any]] | None = None,
+        args: MAGRPOConfig | None = None,
+        train_dataset: Dataset | IterableDataset | None = None,
+        eval_dataset=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+    ):
+        args = args if args is not None else MAGRPOConfig("MAGRPO")
+        if not isinstance(args, MAGRPOConfig):
+            raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
+        if peft_config is not None:
+            raise NotImplementedError("MAGRPOTrainer: `peft_config` (per-agent LoRA) is not supported yet.")
+        if args.cast_lm_head_to_fp32 or args.use_vllm or args.sync_ref_model:
+            raise NotImplementedError(
+                "MAGRPOTrainer does not support `cast_lm_head_to_fp32`, `use_vllm` or `sync_ref_model` yet."
+            )
+
+        # Everything that can be checked without loading a model is checked first.
+        specs = _agent_specs(agents, model, num_agents)
+        n = len(specs)
+        tokenizers = _tokenizer_list(tokenizer if tokenizer is not None else processing_class, n)
+        if reward_func is not None and reward_funcs is not None:
+            raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
+        funcs = reward_funcs if reward_funcs is not None else reward_func
+        funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+        self.joint_reward = JointReward(funcs, args.reward_weights, n)
+        if formatters is not None and len(formatters) != n:
+            raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
+        self.formatters = list(formatters) if formatters is not None else None
+        for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            columns = getattr(dataset, "column_names", None)
+            if formatters is None and columns is not None and "prompt" not in columns:
+                raise ValueError(
+                    f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
+                    "`formatters=` to build each agent's prompt from a row."
+                )
+        if args.num_turns > 1 and external_transition is None:
+            raise ValueError(
+                f"MAGRPOTrainer: num_turns={args.num_turns} needs `external_transition` to write the next prompts."
+            )
+        conversational = _is_conversational_dataset(train_dataset if train_dataset is not None else eval_dataset)
+        self.transition = (
+            Transition(external_transition, n, conversational) if external_transition is not None else None
+        )
+
+        agent_models = [_load_agent(spec, args) for spec in specs]
+        if tokenizers is None:
+            tokenizers = [AutoTokenizer.from_pretrained(m.config._name_or_path) for m in agent_models]
+        self.tokenizers = tokenizers
+        self.agent_eos_token_ids = [_prepare_tokenizer_and_model(t, m) for t, m in zip(tokenizers, agent_models)]
+        self.team = AgentTeam(agent_models)
+        self.num_agents = n
+
+        # GRPOTrainer would build a reference model from a hub id; each agent's reference is built below instead.
+        beta, args.beta = args.beta, 0.0
+        try:
+            super().__init__(
+                model=self.team,
+                reward_funcs=self.joint_reward.funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=tokenizers[0],
+                callbacks=callbacks,
+                optimizers=optimizers,
+            )
+        finally:
+            args.beta = beta
+        self.beta = beta
+        # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
+        del self.team.forward
+        for agent in self.team.agents:
+            add_fused_lm_head(agent, temperature=self.temperature, outputs=("log_probs", "entropy"))
+        self.ref_team = self._build_reference() if beta != 0.0 else None
+
+        self.agent_generation_configs = [
+            GenerationConfig(
+                **{
+                    **self.generation_kwargs,
+                    "pad_token_id": tok.pad_token_id,
+                    "bos_token_id": tok.bos_token_id,
+                    "eos_token_id": eos,
+                },
+                disable_compile=True,
+            )
+            for tok, eos in zip(self.tokenizers, self.agent_eos_token_ids)
+        ]
+        if args.check_functions_before_training and train_dataset is not None:
+            self._check_user_functions(next(iter(train_dataset)))
+
+    # ------------------------------------------------------------------ set-up helpers
+
+    def _build_reference(self) -> AgentTeam:
+        """A frozen copy of every agent, taken before training, for the KL term when `beta > 0`."""
+        reference = copy.deepcopy(self.accelerator.unwrap_model(self.model))
+        reference.requires_grad_(False)
+        reference.eval()
+        return self.accelerator.prepare_model(reference, evaluation_mode=True)
+
+    def _check_user_functions(self, row: dict) -> None:
+        """Call the reward and the transition once with placeholder answers, before any generation."""
+        prompts = self._first_prompts(row)
+        answers = [[PLACEHOLDER_ANSWER] for _ in range(self.num_agents)]
+        keywords = self._reward_keywords([row], [prompts], turn=1)
+        self.joint_reward(answers, 1, keywords)
+        if self.transition is not None and self.args.num_turns > 1:
+            history = {
+                "prompt_history_per_agent": [[p] for p in prompts],
+                "response_history_per_agent": answers,
+                "reward": 0.0,
+                **_columns(row),
+            }
+            self.transition(row.get("prompt"), [a[0] for a in answers], 1, history)
+
+    # ------------------------------------------------------------------ rollout
+
+    def _first_prompts(self, row: dict) -> list:
+        if self.formatters is not None:
+            return [f(row) for f in self.formatters]
+        return [row["prompt"]] * self.num_agents
+
+    def _tokenize(self, agent: int, prompts: list) -> list[list[int]]:
+        tok = self.tokenizers[agent]
+        if prompts and is_conversational({"prompt": prompts[0]}):
+            out = tok.apply_chat_template(
+                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
+                **self.chat_template_kwargs,
+            )  # fmt: skip
+            return [list(ids) for ids in out["input_ids"]]
+        return tok(text=prompts)["input_ids"]
+
+    def _generate(self, agent: int, prompts: list, num_generations: int) -> Generation:
+        """Sample `num_generations` completions for every prompt with one `generate` call."""
+        tok = self.tokenizers[agent]
+        # A process with nothing left to generate still joins the call, so collectives stay in step across processes.
+        prompt_ids = self._tokenize(agent, prompts) if prompts else [[tok.pad_token_id]]
+        repeated = [torch.tensor(ids) for ids in prompt_ids for _ in range(num_generations)]
+        input_ids = pad(repeated, padding_value=tok.pad_token_id, padding_side="left")
+        attention_mask = pad([torch.ones_like(t) for t in repeated], padding_value=0, padding_side="left")
+        device = self.accelerator.device
+        start = time.perf_counter()
+        with (
+            _unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as team,
+            torch.no_grad(),
+        ):
+            output = team.agents[agent].generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=self.agent_generation_configs[agent],
+            )
+        completion = output[:, input_ids.size(1) :].cpu()
+        eos = torch.isin(completion, torch.tensor(self.agent_eos_token_ids[agent]))
+        # Keep tokens up to and including the first EOS, as GRPOTrainer does.
+        first_eos = torch.where(eos.any(1), eos.int().argmax(1), completion.size(1))
+        completion_ids = [row[: int(end) + 1].tolist() for row, end in zip(completion, first_eos)]
+        completion_ids = [ids[: self.max_completion_length] for ids in completion_ids]
+        if not prompts:
+            return Generation([], [], [])
+        self._phase_time["generate"] += time.perf_counter() - start
+        self._generated_tokens += sum(len(c) for c in completion_ids)
+        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+        return Generation(prompt_ids, completion_ids, texts)
+
+    def _reward_keywords(self, rows: list[dict], prompts: list[list], turn: int) -> dict[str, Any]:
+        """Keywords a joint reward may take: per-agent prompts, the dataset columns, and the trainer state."""
+        keywords = {"prompts": [[p[i] for p in prompts] for i in range(self.num_agents)]}
+        keywords["trainer_state"] = self.state if hasattr(self, "state") else None
+        for key in rows[0]:
+            if key not in ("prompt", "turn", "prompts", "trainer_state"):
+                keywords[key] = [row.get(key) for row in rows]
+        return keywords
+
+    def _score(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[float]:
+        start = time.perf_counter()
+        answers = [tree.answers(a) for a in action_ids]
+        completions = [[ans[i] for ans in answers] for i in range(self.num_agents)]
+        nodes = [tree.nodes[tree.joint_actions[a].node] for a in action_ids]
+        keywords = self._reward_keywords([rows[nd.row] for nd in nodes], [nd.prompts for nd in nodes], turn)
+        rewards, per_func = self.joint_reward(completions, turn, keywords)
+        self._phase_time["reward"] += time.perf_counter() - start
+        self._reward_per_func[turn].append(per_func)
+        return rewards
+
+    def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_id: int) -> list:
+        start = time.perf_counter()
+        node = tree.nodes[tree.joint_actions[action_id].node]
+        row = rows[node.row]
+        prompt_history, response_history = tree.history(action_id)
+        history = {
+            "prompt_history_per_agent": prompt_history,
+            "response_history_per_agent": response_history,
+            "reward": tree.joint_actions[action_id].reward,
+            **_columns(row),
+        }
+        prompts = self.transition(row.get("prompt"), tree.answers(action_id), turn, history)
+        self._phase_time["transition"] += time.perf_counter() - start
+        return prompts
+
+    def _keep_going(self, has_live_nodes: bool) -> bool:
+        if self.accelerator.num_processes == 1:
+            return has_live_nodes
+        flag = torch.tensor([int(has_live_nodes)], device=self.accelerator.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item())
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        k = self.num_generations if mode == "train" else self.num_generations_eval
+        rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
+        self._phase_time = dict.fromkeys(("generate", "reward", "transition", "logps"), 0.0)
+        self._generated_tokens = 0
+        self._reward_per_func = {t: [] for t in range(1, self.args.num_turns + 1)}
+
+        tree = run_rollout(
+            rows,
+            num_agents=self.num_agents,
+            num_generations=k,
+            num_turns=self.args.num_turns,
+            joint_mode=self.args.joint_mode,
+            termination_threshold=self.args.early_termination_threshold,
+            agent_prompts=self._first_prompts,
+            generate=partial(self._generate, num_generations=k),
+            score=partial(self._score, rows),
+            transition=partial(self._next_prompts, rows),
+            keep_going=self._keep_going,
+        )
+        returns = tree.returns(self.args.discount)
+        credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
+        advantages = group_advantages(credited.flatten(0, 1), self.scale_rewards).view_as(credited)
+
+        agent_batches = []
+        for i in range(self.num_agents):
+            prompt_ids = [node.prompt_ids[i] for node in tree.nodes for _ in range(k)]
+            completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[i]]
+            batch = agent_rows(
+                prompt_ids, completion_ids, advantages[:, i].flatten(), self.tokenizers[i].pad_token_id,
+                self.accelerator.device,
+            )  # fmt: skip
+            if self.mask_truncated_completions:
+                ends_with_eos = [ids[-1] in self.agent_eos_token_ids[i] for ids in completion_ids]
+                batch["completion_mask"] *= torch.tensor(ends_with_eos, device=batch["completion_mask"].device)[:, None]
+            batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
+            self._add_logps(i, batch)
+            agent_batches.append(batch)
+
+        self._log_rollout_metrics(mode, tree, returns, credited, agent_batches)
+        return {"agents": agent_batches}
+
+    @torch.no_grad()
+    def _add_logps(self, agent: int, batch: dict) -> None:
+        """Old-policy log-probs (only when the update is off-policy, as in GRPOTrainer) and reference log-probs."""
+        start = time.perf_counter()
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logits_to_keep = batch["completion_ids"].size(1)
+        chunk = self.args.per_device_train_batch_size
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        with disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs):
+            if self.args.gradient_accumulation_steps % generate_every != 0:
+                with self.team.acting(agent):
+                    batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                        self.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
+                    )[0]
+            if self.ref_team is not None:
+                with self.accelerator.unwrap_model(self.ref_team).acting(agent):
+                    batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                        self.ref_team, input_ids, attention_mask, logits_to_keep, batch_size=chunk
+                    )[0]
+        self._phase_time["logps"] += time.perf_counter() - start
+
+    # ------------------------------------------------------------------ metrics
+
+    def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, agent_batches) -> None:
+        metrics = self._metrics[mode]
+        # Per-turn statistics over every process's trees.
+        local = [
+            (self.tree_turn(tree, a), tree.joint_actions[a].reward, returns[a]) for a in range(len(returns))
+        ]  # fmt: skip
+        nodes = [(node.turn, node.terminated) for node in tree.nodes]
+        all_actions = gather_object(local)
+        all_nodes = gather_object(nodes)
+        rewards = torch.tensor([r for _, r, _ in all_actions])
+        metrics["reward"].append(rewards.mean().item())
+        metrics["reward_std"].append(rewards.std().item() if len(rewards) > 1 else 0.0)
+        group_std = credited.flatten(0, 1).std(dim=1)
+        metrics["frac_reward_zero_std"].append(self._gather_mean((group_std < 1e-8).float()))
+        for t in range(1, self.args.num_turns + 1):
+            turn_rewards = torch.tensor([r for turn, r, _ in all_actions if turn == t])
+            turn_returns = torch.tensor([g for turn, _, g in all_actions if turn == t])
+            turn_nodes = [done for turn, done in all_nodes if turn == t]
+            if len(turn_rewards) == 0:
+                continue
+            metrics[f"turn_{t}/reward_mean"].append(turn_rewards.mean().item())
+            metrics[f"turn_{t}/reward_std"].append(turn_rewards.std().item() if len(turn_rewards) > 1 else 0.0)
+            metrics[f"turn_{t}/expected_return"].append(turn_returns.mean().item())
+            metrics[f"turn_{t}/terminated_frac"].append(sum(turn_nodes) / len(turn_nodes))
+            for name, values in zip(self.joint_reward.names, self._func_values(t)):
+                if values:
+                    metrics[f"turn_{t}/rewards/{name}/mean"].append(sum(values) / len(values))
+
+        lengths = []
+        for i, batch in enumerate(agent_batches):
+            agent_lengths = self.accelerator.gather(batch["completion_mask"].sum(1)).float()
+            metrics[f"agent_{i}/completions/mean_length"].append(agent_lengths.mean().item())
+            lengths.append(agent_lengths)
+        lengths = torch.cat(lengths)
+        metrics["completions/mean_length"].append(lengths.mean().item())
+        metrics["completions/min_length"].append(lengths.min().item())
+        metrics["completions/max_length"].append(lengths.max().item())
+        metrics["completions/clipped_ratio"].append((lengths >= self.max_completion_length).float().mean().item())
+
+        tokens = sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum()) for b in agent_batches)
+        if mode == "train":
+            self.state.num_input_tokens_seen += int(self.accelerator.gather(torch.tensor(tokens, device=self.accelerator.device)).sum())
+        metrics["num_tokens"] = [self.state.num_input_tokens_seen]
+        for phase, seconds in self._phase_time.items():
+            metrics[f"timing/{phase}_s"].append(seconds)
+        if self._phase_time["generate"] > 0:
+            metrics["throughput/generate_tokens_per_s"].append(self._generated_tokens / self._phase_time["generate"])
+
+    def _func_values(self, turn: int) -> list[list[float]]:
+        """Each reward function's scored values at a turn, over all processes."""
+        values = [[] for _ in self.joint_reward.names]
+        for per_func in self._reward_per_func[turn]:
+            for f, vals in enumerate(per_func):
+                values[f].extend(v for v in vals if v is not None)
+        return [sum(gather_object([vals]), []) for vals in values]
+
+    @staticmethod
+    def tree_turn(tree: RolloutTree, action_id: int) -> int:
+        return tree.nodes[tree.joint_actions[action_id].node].turn
+
+    def _gather_mean(self, values: torch.Tensor) -> float:
+        return self.accelerator.gather(values.to(self.accelerator.device)).float().mean().item()
+
+    # ------------------------------------------------------------------ training step
+
+    def _prepare_inputs(self, generation_batch):
+        """As GRPOTrainer's, but each agent's rows are split so that every micro-batch holds every agent."""
+        if not self.model.training:
+            return self._generate_and_score_completions(generation_batch)["agents"]
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            agent_batches = self._generate_and_score_completions(generation_batch)["agents"]
+            self._buffered_inputs = split_micro_batches(
+                agent_batches, self.args.steps_per_generation, self._rows_per_agent(agent_batches)
+            )
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _rows_per_agent(self, agent_batches: list[dict]) -> list[int] | None:
+        """Largest row count of each agent across processes, so every process runs the same forwards."""
+        if self.accelerator.num_processes == 1:
+            return None
+        counts = torch.tensor([b["prompt_ids"].size(0) for b in agent_batches], device=self.accelerator.device)
+        return self.accelerator.reduce(counts, reduction="max").tolist()
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed."""
+        if return_outputs:
+            raise ValueError("The MAGRPOTrainer does not support returning outputs")
+        loss = 0.0
+        for agent, agent_inputs in enumerate(inputs):
+            with self.team.acting(agent):
+                loss = loss + self._compute_loss(model, agent_inputs)
+        return loss
+
+    # ------------------------------------------------------------------ saving and resuming
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Write `agent_{i}/` (weights, config, tokenizer) for each agent, loadable with `from_pretrained`."""
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        for i, agent in enumerate(self.team.agents):
+            agent_dir = checkpoint.agent_dir(output_dir, i)
+            agent_state = checkpoint.agent_state_dict(state_dict, i)
+            agent.save_pretrained(agent_dir, state_dict=agent_state)
+            self.tokenizers[i].save_pretrained(agent_dir)
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        team = self.accelerator.unwrap_model(model if model is not None else self.model)
+        for i, agent in enumerate(team.agents):
+            checkpoint.load_agent_weights(agent, checkpoint.agent_dir(resume_from_checkpoint, i))
+
+
+# ---------------------------------------------------------------------- module helpers
+
+
+def _agent_specs(agents, model, num_agents) -> list:
+    if agents is not None and model is not None:
+        raise ValueError("MAGRPOTrainer: pass `agents=[...]` or `model=` with `num_agents=`, not both.")
+    if agents is not None:
+        if num_agents is not None and num_agents != len(agents):
+            raise ValueError(f"MAGRPOTrainer: num_agents={num_agents} but {len(agents)} agents were given.")
+        specs = list(agents)
+    elif model is not None:
+        if num_agents is None:
+            raise ValueError("MAGRPOTrainer: `model=` needs `num_agents=` (or pass `agents=[...]`).")
+        # Homogeneous agents start from the same weights but train separately.
+        specs = [model] + [model if isinstance(model, str) else _Copy(model) for _ in range(num_agents - 1)]
+    else:
+        raise ValueError("MAGRPOTrainer needs `agents=[model, ...]` or `model=` with `num_agents=`.")
+    if not specs:
+        raise ValueError("MAGRPOTrainer: `agents` is empty.")
+    return specs
+
+
+class _Copy:
+    """Marks an agent to be built as a copy of an in-memory model, once the other checks have passed."""
+
+    def __init__(self, model):
+        self.model = model
+
+
+def _load_agent(spec, args: MAGRPOConfig) -> torch.nn.Module:
+    if isinstance(spec, _Copy):
+        return copy.deepcopy(spec.model)
+    if isinstance(spec, str):
+        return AutoModelForCausalLM.from_pretrained(spec, **(args.model_init_kwargs or {}))
+    if isinstance(spec, torch.nn.Module):
+        return spec
+    raise TypeError(f"MAGRPOTrainer: an agent must be a model or a model id, got {type(spec).__name__}.")
+
+
+def _tokenizer_list(tokenizer, num_agents: int) -> list | None:
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, (list, tuple)):
+        if len(tokenizer) != num_agents:
+            raise ValueError(
+                f"MAGRPOTrainer got {len(tokenizer)} tokenizers for {num_agents} agents; pass one tokenizer for all "
+                "agents or exactly one per agent."
+            )
+        return list(tokenizer)
+    return [tokenizer] * num_agents
+
+
+def _prepare_tokenizer_and_model(tokenizer, model) -> list[int]:
+    """Give the tokenizer a pad token, mirror it on the model, and return every id that ends a completion."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return eos if tokenizer.eos_token_id in eos else [tokenizer.eos_token_id, *eos]
+
+
+def _is_conversational_dataset(dataset) -> bool:
+    if dataset is None or "prompt" not in (getattr(dataset, "column_names", None) or []):
+        return False
+    return is_conversational(next(iter(dataset)))
+
+
+def _columns(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in ("prompt", "turn", "reward", "num_agents", "agent_completions")}
