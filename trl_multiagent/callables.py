@@ -49,7 +49,11 @@ def _run(result):
 class JointReward:
     """One or more weighted joint reward functions, called with TRL-like conventions."""
 
-    def __init__(self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int):
+    KEYWORDS = ("prompts", "turn", "trainer_state")
+
+    def __init__(
+        self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int, columns: Sequence[str] = ()
+    ):
         self.funcs = list(funcs)
         if not self.funcs:
             raise ValueError("MAGRPOTrainer needs a joint reward: pass `reward_func=` (or `reward_funcs=`).")
@@ -63,12 +67,13 @@ class JointReward:
         for func, name in zip(self.funcs, self.names, strict=True):
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
+            keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *columns]))
             try:
-                inspect.signature(func).bind(*([[]] * num_agents))
+                inspect.signature(func).bind(*([[]] * num_agents), **keywords)
             except TypeError as err:
                 raise TypeError(
                     f"Reward function {name!r} cannot be called with {num_agents} positional lists of completions "
-                    f"(one per agent): {err}. Its signature is {name}{inspect.signature(func)}."
+                    f"(one per agent) and the keywords {sorted(keywords)}: {err}. Its signature is {name}{inspect.signature(func)}."
                 ) from None
 
     def __call__(self, completions: list[list[str]], turn: int, keywords: dict[str, Any]) -> tuple[list[float], list]:

@@ -112,7 +112,8 @@ class MAGRPOTrainer(GRPOTrainer):
             raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
         funcs = reward_funcs if reward_funcs is not None else reward_func
         funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
-        self.joint_reward = JointReward(funcs, args.reward_weights, n)
+        columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
+        self.joint_reward = JointReward(funcs, args.reward_weights, n, [c for c in columns if c != "prompt"])
         if formatters is not None and len(formatters) != n:
             raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
         self.formatters = list(formatters) if formatters is not None else None
