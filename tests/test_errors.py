@@ -1,0 +1,158 @@
+"""Bad input fails early with a message that names the function, the turn and what it got."""
+
+import math
+
+import pytest
+from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
+from datasets import Dataset
+from tiny import make_model
+from transformers import AutoModelForCausalLM
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+
+
+@pytest.fixture
+def args(tmp_path):
+    return MAGRPOConfig(
+        output_dir=str(tmp_path / "run"), num_turns=2, num_generations=2, per_device_train_batch_size=4,
+        max_new_tokens=4, report_to="none", early_termination_threshold=None,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def data():
+    return Dataset.from_dict({"prompt": SEED_PROMPTS})
+
+
+class Agents(list):
+    """Agents that fail the test if anything generates with them."""
+
+    def __init__(self, tokenizer, n=2):
+        super().__init__(make_model(tokenizer, seed=i) for i in range(n))
+        for agent in self:
+            agent.generate = self._no_generate
+
+    @staticmethod
+    def _no_generate(*args, **kwargs):
+        raise AssertionError("generation started before the bad input was reported")
+
+
+def build(tok, args, data, **overrides):
+    kwargs = dict(
+        agents=Agents(tok), tokenizer=tok, reward_func=length_ratio_reward,
+        external_transition=length_feedback, train_dataset=data, args=args,
+    )  # fmt: skip
+    kwargs.update(overrides)
+    return MAGRPOTrainer(**kwargs)
+
+
+def test_config_is_cpu_safe_with_the_seed_arguments():
+    config = MAGRPOConfig(
+        num_turns=2, num_train_epochs=2, num_generations=4, max_new_tokens=64, logging_steps=1,
+        early_termination_threshold=0.9,
+    )  # fmt: skip
+    assert config.bf16 is False and config.use_cpu is True
+    assert config.max_completion_length == 64 and config.max_new_tokens == 64
+    assert MAGRPOConfig().early_termination_threshold == -0.2 and MAGRPOConfig().num_turns == 1
+    assert MAGRPOConfig(early_termination_threshold=None).early_termination_threshold is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_generations=1, per_device_train_batch_size=2), "at least 2 generations"),
+        (dict(joint_mode="diagonal"), "joint_mode must be one of"),
+        (dict(num_turns=0), "num_turns must be >= 1"),
+        (dict(num_generations=3, per_device_train_batch_size=4), r"num_generations \(3\)"),
+    ],
+)
+def test_bad_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MAGRPOConfig(report_to="none", **kwargs)
+
+
+def test_tokenizer_count_mismatch(tokenizer, args, data):
+    with pytest.raises(ValueError, match="3 tokenizers for 2 agents"):
+        build(tokenizer, args, data, tokenizer=[tokenizer] * 3)
+
+
+def test_missing_prompt_column(tokenizer, args):
+    with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column \(columns: \['question'\]\)"):
+        build(tokenizer, args, Dataset.from_dict({"question": SEED_PROMPTS}))
+
+
+def test_reward_signature_that_cannot_take_the_agents(tokenizer, args, data):
+    def one_agent_reward(completions):
+        return [0.0] * len(completions)
+
+    with pytest.raises(TypeError, match="'one_agent_reward' cannot be called with 2 positional lists"):
+        build(tokenizer, args, data, reward_func=one_agent_reward)
+
+
+def test_transition_signature_without_required_keywords(tokenizer, args, data):
+    def feedback(text):
+        return [text, text]
+
+    with pytest.raises(TypeError, match=r"'feedback' must accept the keywords .*lacks \['prompt', 'agent_completions'"):
+        build(tokenizer, args, data, external_transition=feedback)
+
+
+def test_two_turns_need_a_transition(tokenizer, args, data):
+    with pytest.raises(ValueError, match="num_turns=2 needs `external_transition`"):
+        build(tokenizer, args, data, external_transition=None)
+
+
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        (lambda n: ["only one prompt"], r"external_transition 'bad_transition' \(after turn 1\) returned 1 prompts for 2"),
+        (lambda n: "a single string", r"'bad_transition' \(after turn 1\) must return a list of 2 prompts.*'a single"),
+        (lambda n: ["ok", 42], r"'bad_transition' \(after turn 1\) returned a int for agent 1.*42"),
+    ],
+)
+def test_transition_contract_errors_before_generation(tokenizer, args, data, returned, message):
+    def bad_transition(prompt, agent_completions, num_agents, **history):
+        return returned(num_agents)
+
+    with pytest.raises((ValueError, TypeError), match=message):
+        build(tokenizer, args, data, external_transition=bad_transition)
+
+
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        (lambda a, b: [1.0] * (len(a) + 1), r"'bad_reward' \(turn 1\) returned 2 values for 1 joint actions"),
+        (lambda a, b: [math.nan] * len(a), r"'bad_reward' \(turn 1\) returned nan at index 0"),
+        (lambda a, b: ["high"] * len(a), r"'bad_reward' \(turn 1\) returned a non-number at index 0: 'high'"),
+        (lambda a, b: 1.0, r"'bad_reward' \(turn 1\) must return a list of 1 floats.*got 1.0"),
+    ],
+)
+def test_reward_contract_errors_before_generation(tokenizer, args, data, returned, message):
+    def bad_reward(completions1, completions2):
+        return returned(completions1, completions2)
+
+    with pytest.raises((ValueError, TypeError), match=message):
+        build(tokenizer, args, data, reward_func=bad_reward)
+
+
+def test_reward_error_mid_training_keeps_checkpoints(tmp_path, tokenizer, data):
+    """A reward that breaks at step 3 is reported with its turn and values; checkpoint-2 still loads."""
+
+    def flaky_reward(completions1, completions2, trainer_state, turn):
+        if trainer_state.global_step >= 2 and turn == 2:
+            return [math.nan] * len(completions1)
+        return length_ratio_reward(completions1, completions2)
+
+    args = MAGRPOConfig(
+        output_dir=str(tmp_path / "run"), num_turns=2, num_generations=2, per_device_train_batch_size=4,
+        max_new_tokens=4, report_to="none", early_termination_threshold=None, max_steps=4, save_steps=2,
+    )  # fmt: skip
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer, reward_func=flaky_reward,
+        external_transition=length_feedback, train_dataset=data, args=args,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"'flaky_reward' \(turn 2\) returned nan"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    for i in range(2):
+        AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2" / f"agent_{i}")

@@ -1,0 +1,49 @@
+"""The GRPOTrainer/Trainer internals this plugin overrides or calls. A TRL or transformers release that changes one of
+them must fail here, loudly, rather than train wrongly. The supported range is pinned in pyproject.toml."""
+
+import inspect
+
+import transformers
+import trl
+from packaging.version import Version
+from transformers import Trainer
+from trl import GRPOTrainer
+from trl.models.utils import _unwrap_model_for_generation, disable_gradient_checkpointing
+from trl.trainer.utils import add_fused_lm_head, pad
+
+
+def params(func):
+    return list(inspect.signature(func).parameters)
+
+
+def test_versions_in_tested_range():
+    assert Version("1.16") <= Version(trl.__version__) < Version("1.17"), trl.__version__
+    assert Version(transformers.__version__).major == 5, transformers.__version__
+
+
+def test_overridden_methods_keep_their_signatures():
+    assert params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+    assert params(GRPOTrainer._prepare_inputs) == ["self", "generation_batch"]
+    assert params(GRPOTrainer.compute_loss) == ["self", "model", "inputs", "return_outputs", "num_items_in_batch"]
+    assert params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
+    assert params(Trainer._save) == ["self", "output_dir", "state_dict"]
+    assert params(Trainer._load_from_checkpoint) == ["self", "resume_from_checkpoint", "model"]
+
+
+def test_called_helpers_keep_their_signatures():
+    assert params(GRPOTrainer._get_per_token_logps_and_entropies)[:6] == [
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size",
+    ]  # fmt: skip
+    assert params(add_fused_lm_head) == ["model", "temperature", "cast_lm_head_to_fp32", "outputs"]
+    assert params(_unwrap_model_for_generation) == [
+        "model", "accelerator", "gather_deepspeed3_params", "gradient_checkpointing_kwargs",
+    ]  # fmt: skip
+    assert params(disable_gradient_checkpointing) == ["model", "gradient_checkpointing_kwargs"]
+    assert params(pad) == ["tensors", "padding_value", "padding_side", "pad_to_multiple_of"]
+
+
+def test_loss_reads_the_inputs_we_build():
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    for key in ["prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
+                "old_per_token_logps", "ref_per_token_logps"]:  # fmt: skip
+        assert f'"{key}"' in source, key
