@@ -32,7 +32,14 @@ class AgentTeam(nn.Module):
         finally:
             self.active = previous
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args, run=None, **kwargs):
+        """The active agent's forward; or, with `run=fn`, `fn(self)`.
+
+        `run` lets one call of the wrapped team (DDP, DeepSpeed) hold the forwards of every agent, so that the wrapper
+        sees exactly one forward per backward, as it requires.
+        """
+        if run is not None:
+            return run(self)
         return self.agents[self.active](*args, **kwargs)
 
     # What Trainer and GRPOTrainer read from "the model". `config` and `generation_config` are the first agent's: they

@@ -376,8 +376,8 @@ class MAGRPOTrainer(GRPOTrainer):
         rewards = torch.tensor([r for _, r, _ in all_actions])
         metrics["reward"].append(rewards.mean().item())
         metrics["reward_std"].append(rewards.std().item() if len(rewards) > 1 else 0.0)
-        group_std = credited.flatten(0, 1).std(dim=1)
-        metrics["frac_reward_zero_std"].append(self._gather_mean((group_std < 1e-8).float()))
+        zero_std = gather_object((credited.flatten(0, 1).std(dim=1) < 1e-8).tolist())
+        metrics["frac_reward_zero_std"].append(sum(zero_std) / len(zero_std))
         for t in range(1, self.args.num_turns + 1):
             turn_rewards = torch.tensor([r for turn, r, _ in all_actions if turn == t])
             turn_returns = torch.tensor([g for turn, _, g in all_actions if turn == t])
@@ -394,7 +394,7 @@ class MAGRPOTrainer(GRPOTrainer):
 
         lengths = []
         for i, batch in enumerate(agent_batches):
-            agent_lengths = self.accelerator.gather(batch["completion_mask"].sum(1)).float()
+            agent_lengths = torch.tensor(gather_object(batch["completion_mask"].sum(1).tolist()), dtype=torch.float)
             metrics[f"agent_{i}/completions/mean_length"].append(agent_lengths.mean().item())
             lengths.append(agent_lengths)
         lengths = torch.cat(lengths)
@@ -424,9 +424,6 @@ class MAGRPOTrainer(GRPOTrainer):
     def tree_turn(tree: RolloutTree, action_id: int) -> int:
         return tree.nodes[tree.joint_actions[action_id].node].turn
 
-    def _gather_mean(self, values: torch.Tensor) -> float:
-        return self.accelerator.gather(values.to(self.accelerator.device)).float().mean().item()
-
     # ------------------------------------------------------------------ training step
 
     def _prepare_inputs(self, generation_batch):
@@ -449,13 +446,19 @@ class MAGRPOTrainer(GRPOTrainer):
         return self.accelerator.reduce(counts, reduction="max").tolist()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed."""
+        """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed.
+
+        All agents' forwards run inside one call of the wrapped model: DDP and DeepSpeed allow one forward per backward.
+        """
         if return_outputs:
             raise ValueError("The MAGRPOTrainer does not support returning outputs")
+        return model(run=partial(self._team_loss, inputs))
+
+    def _team_loss(self, inputs: list[dict], team: AgentTeam) -> torch.Tensor:
         loss = 0.0
         for agent, agent_inputs in enumerate(inputs):
-            with self.team.acting(agent):
-                loss = loss + self._compute_loss(model, agent_inputs)
+            with team.acting(agent):
+                loss = loss + self._compute_loss(team, agent_inputs)
         return loss
 
     # ------------------------------------------------------------------ saving and resuming

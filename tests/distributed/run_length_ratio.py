@@ -1,0 +1,98 @@
+"""Worker for the multi-process tests: trains the length-ratio task on tiny agents and dumps the final weights.
+
+Launched by tests/test_distributed.py under torchrun with 2 processes (gloo on CPU), or with 1 process as reference.
+"""
+
+import argparse
+import json
+import os
+import sys
+import zlib
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from tiny import make_model, make_tokenizer  # noqa: E402
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+from trl_multiagent.rollout import Generation  # noqa: E402
+
+
+class PerPromptSeededTrainer(MAGRPOTrainer):
+    """Samples each prompt's completions from a generator seeded by (agent, prompt) alone.
+
+    Sampling then does not depend on which process holds a prompt or what else is in its batch, so a 2-process run
+    and a 1-process run see the same completions and must reach the same weights.
+    """
+
+    def _generate(self, agent, prompts, num_generations):
+        if not prompts:
+            return super()._generate(agent, prompts, num_generations)
+        parts = []
+        for prompt in prompts:
+            torch.manual_seed(zlib.crc32(f"{agent}|{prompt}".encode()))
+            parts.append(super()._generate(agent, [prompt], num_generations))
+        return Generation(*(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions")))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--per_device_train_batch_size", type=int, default=4)
+    parser.add_argument("--max_steps", type=int, default=2)
+    parser.add_argument("--save_steps", type=int, default=500)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--deepspeed", default=None)
+    parser.add_argument("--fail_on_rank", type=int, default=-1)
+    parser.add_argument("--per_prompt_seed", action="store_true")
+    cli = parser.parse_args()
+
+    if cli.deepspeed:
+        # With no accelerator, accelerate leaves the process-group backend unset (SPEC: DeepSpeed on CPU).
+        from accelerate import PartialState
+
+        PartialState(backend="gloo")
+
+    tokenizer = make_tokenizer()
+    args = MAGRPOConfig(
+        output_dir=cli.output_dir, num_turns=2, early_termination_threshold=0.55, num_generations=2,
+        per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
+        learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
+        report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=False, disable_tqdm=True,
+        deepspeed=cli.deepspeed, accelerator_config={"use_configured_state": True} if cli.deepspeed else None,
+        check_functions_before_training=False
+    )  # fmt: skip
+    rank = int(os.environ.get("RANK", "0"))
+
+    def feedback(prompt, agent_completions, num_agents, **history):
+        if rank == cli.fail_on_rank:
+            raise RuntimeError(f"transition failure on rank {rank}")
+        return length_feedback(prompt, agent_completions, num_agents, **history)
+
+    trainer_class = PerPromptSeededTrainer if cli.per_prompt_seed else MAGRPOTrainer
+    trainer = trainer_class(
+        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
+        reward_func=length_ratio_reward, external_transition=feedback,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}), args=args,
+    )  # fmt: skip
+    state = trainer.accelerator.state
+    trainer.train(resume_from_checkpoint=cli.resume)
+    trainer.save_model(os.path.join(cli.output_dir, "final"))
+    team = trainer.accelerator.unwrap_model(trainer.model)
+    weights = {}
+    for i, agent in enumerate(team.agents):
+        for name, p in agent.named_parameters():
+            weights[f"{i}.{name}"] = p.detach().cpu().clone()
+    torch.save(weights, os.path.join(cli.output_dir, f"weights_rank{trainer.accelerator.process_index}.pt"))
+    if trainer.accelerator.is_main_process:
+        info = {"num_processes": state.num_processes, "distributed_type": str(state.distributed_type),
+                "log_history": trainer.state.log_history}  # fmt: skip
+        with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
+            json.dump(info, f)
+
+
+if __name__ == "__main__":
+    main()
