@@ -93,6 +93,10 @@ class MAGRPOConfig(GRPOConfig):
             # DeepSpeed has its own CPU path and falls back to DDP when use_cpu is set, so it is left alone there.
             if self.deepspeed is None:
                 self.use_cpu = True
+        # Every agent runs a forward on every micro-step (inert rows fill in), so DDP need not search for unused
+        # parameters; transformers would otherwise turn the search on for a model that is not a PreTrainedModel.
+        if self.ddp_find_unused_parameters is None:
+            self.ddp_find_unused_parameters = False
         if self.max_new_tokens is not None:
             self.max_completion_length = self.max_new_tokens
         super().__post_init__()

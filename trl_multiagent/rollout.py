@@ -105,7 +105,7 @@ def run_rollout(
     generate: Callable[[int, list], Generation],
     score: Callable[[int, RolloutTree, list[int]], list[float]],
     transition: Callable[[int, RolloutTree, int], list],
-    keep_going: Callable[[bool], bool] = lambda has_live_nodes: has_live_nodes,
+    sync: Callable[[bool, BaseException | None], bool] | None = None,
 ) -> RolloutTree:
     """Grow the rollout tree of a batch of rows, turn by turn.
 
@@ -114,10 +114,14 @@ def run_rollout(
         generate: ``generate(agent, prompts)`` samples K completions for each prompt with one batched call.
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
         transition: ``transition(turn, tree, action_id)`` returns the next prompt of each agent.
-        keep_going: called after each turn with whether this process has live nodes; returns whether to run another
-            turn. Distributed training makes it agree across processes, so that every rank runs the same number of
-            `generate` calls (a rank without live nodes then calls `generate` with no prompts).
+        sync: called at the end of every turn with whether this process has live nodes and the error its reward or
+            transition raised (or None); returns whether to run another turn, and raises if any process failed.
+            Distributed training makes it agree across processes, so that every rank runs the same number of
+            `generate` calls (a rank without live nodes then calls `generate` with no prompts) and a failure on one
+            rank stops every rank at once instead of leaving them waiting in a collective. By default: re-raise the
+            error, go on while there are live nodes.
     """
+    sync = sync or _local_sync
     tree = RolloutTree()
     choices = joint_choices(num_agents, num_generations, joint_mode)
     live = []
@@ -141,23 +145,37 @@ def run_rollout(
                 tree.joint_actions.append(JointAction(node=n, choice=choice))
                 tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
                 new_actions.append(len(tree.joint_actions) - 1)
-        rewards = score(turn, tree, new_actions) if new_actions else []
-        for a, reward in zip(new_actions, rewards, strict=True):
-            tree.joint_actions[a].reward = float(reward)
-
-        next_live = []
-        for n in live:
-            node = tree.nodes[n]
-            mean_reward = sum(tree.joint_actions[a].reward for a in node.joint_actions) / len(node.joint_actions)
-            node.terminated = termination_threshold is not None and mean_reward > termination_threshold
-            if turn == num_turns or node.terminated:
-                continue
-            for a in node.joint_actions:
-                prompts = list(transition(turn, tree, a))
-                tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=prompts, parent=a))
-                tree.joint_actions[a].child = len(tree.nodes) - 1
-                next_live.append(len(tree.nodes) - 1)
-        live = next_live
-        if turn == num_turns or not keep_going(bool(live)):
+        try:
+            live = _score_and_expand(tree, live, new_actions, turn, num_turns, termination_threshold, score, transition)
+            error = None
+        except Exception as err:  # handed to `sync`, which re-raises it here and stops the other processes too
+            error, live = err, []
+        if not sync(bool(live), error) or turn == num_turns:
             break
     return tree
+
+
+def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score, transition) -> list[int]:
+    """Score a turn's joint actions, end nodes above the threshold, and open the next turn's nodes."""
+    rewards = score(turn, tree, new_actions) if new_actions else []
+    for a, reward in zip(new_actions, rewards, strict=True):
+        tree.joint_actions[a].reward = float(reward)
+    next_live = []
+    for n in live:
+        node = tree.nodes[n]
+        mean_reward = sum(tree.joint_actions[a].reward for a in node.joint_actions) / len(node.joint_actions)
+        node.terminated = threshold is not None and mean_reward > threshold
+        if turn == num_turns or node.terminated:
+            continue
+        for a in node.joint_actions:
+            prompts = list(transition(turn, tree, a))
+            tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=prompts, parent=a))
+            tree.joint_actions[a].child = len(tree.nodes) - 1
+            next_live.append(len(tree.nodes) - 1)
+    return next_live
+
+
+def _local_sync(has_live_nodes: bool, error: BaseException | None) -> bool:
+    if error is not None:
+        raise error
+    return has_live_nodes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -233,9 +234,10 @@ class MAGRPOTrainer(GRPOTrainer):
             _unwrap_model_for_generation(
                 self.model_wrapped,
                 self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gather_deepspeed3_params=False,  # one agent at a time, below
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
             ) as team,
+            self._gathered_for_generation(team.agents[agent]),
             torch.no_grad(),
         ):
             output = team.agents[agent].generate(
@@ -255,6 +257,14 @@ class MAGRPOTrainer(GRPOTrainer):
         self._generated_tokens += sum(len(c) for c in completion_ids)
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
         return Generation(prompt_ids, completion_ids, texts)
+
+    def _gathered_for_generation(self, agent: torch.nn.Module):
+        """Under ZeRO-3, gather the full weights of the generating agent only: the peak is one agent, not the team."""
+        if not (self._dist.is_zero3 and self.args.ds3_gather_for_generation):
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(agent.parameters()))
 
     def _reward_keywords(self, rows: list[dict], prompts: list[list], turn: int) -> dict[str, Any]:
         """Keywords a joint reward may take: per-agent prompts, the dataset columns, and the trainer state."""
@@ -291,11 +301,21 @@ class MAGRPOTrainer(GRPOTrainer):
         self._phase_time["transition"] += time.perf_counter() - start
         return prompts
 
-    def _keep_going(self, has_live_nodes: bool) -> bool:
+    def _sync_turn(self, has_live_nodes: bool, error: BaseException | None) -> bool:
+        """End-of-turn agreement across processes: another turn if any process has live nodes; stop all on failure."""
         if self.accelerator.num_processes == 1:
+            if error is not None:
+                raise error
             return has_live_nodes
-        flag = torch.tensor([int(has_live_nodes)], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(flag, reduction="sum").item())
+        flags = torch.tensor([int(has_live_nodes), int(error is not None)], device=self.accelerator.device)
+        live_anywhere, failures = self.accelerator.reduce(flags, reduction="sum").tolist()
+        if failures:
+            messages = gather_object([None if error is None else f"{type(error).__name__}: {error}"])
+            if error is not None:
+                raise error
+            failed = {rank: msg for rank, msg in enumerate(messages) if msg is not None}
+            raise RuntimeError(f"MAGRPOTrainer: the rollout failed on process(es) {sorted(failed)}: {failed}")
+        return bool(live_anywhere)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
@@ -316,7 +336,7 @@ class MAGRPOTrainer(GRPOTrainer):
             generate=partial(self._generate, num_generations=k),
             score=partial(self._score, rows),
             transition=partial(self._next_prompts, rows),
-            keep_going=self._keep_going,
+            sync=self._sync_turn,
         )
         returns = tree.returns(self.args.discount)
         credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)

@@ -4,6 +4,7 @@ Launched by tests/test_distributed.py under torchrun with 2 processes (gloo on C
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -15,10 +16,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 from tiny import make_model, make_tokenizer  # noqa: E402
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 from trl_multiagent.rollout import Generation  # noqa: E402
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step >= self.step
 
 
 class PerPromptSeededTrainer(MAGRPOTrainer):
@@ -38,6 +48,15 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
         return Generation(*(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions")))
 
 
+def gathered(module, trainer):
+    """Full parameters under ZeRO-3 (partitioned otherwise); a no-op elsewhere."""
+    if trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(module.parameters()))
+    return contextlib.nullcontext()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
@@ -48,12 +67,14 @@ def main():
     parser.add_argument("--deepspeed", default=None)
     parser.add_argument("--fail_on_rank", type=int, default=-1)
     parser.add_argument("--per_prompt_seed", action="store_true")
+    parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     cli = parser.parse_args()
 
     if cli.deepspeed:
         # With no accelerator, accelerate leaves the process-group backend unset (SPEC: DeepSpeed on CPU).
         from accelerate import PartialState
 
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"  # the state must be created for DeepSpeed
         PartialState(backend="gloo")
 
     tokenizer = make_tokenizer()
@@ -77,19 +98,34 @@ def main():
         agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
         reward_func=length_ratio_reward, external_transition=feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}), args=args,
+        callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,
     )  # fmt: skip
     state = trainer.accelerator.state
+    # Records, at each generate call, how many parameter elements of the generating agent and of the other agents
+    # are materialised on this rank (ZeRO-3 keeps partitioned parameters as empty tensors).
+    visible = []
+    for i, agent in enumerate(trainer.team.agents):
+        others = [a for j, a in enumerate(trainer.team.agents) if j != i]
+
+        def recording_generate(*a, _agent=agent, _others=others, _generate=agent.generate, **k):
+            own = sum(p.numel() for p in _agent.parameters())
+            rest = sum(p.numel() for o in _others for p in o.parameters())
+            visible.append([own, rest])
+            return _generate(*a, **k)
+
+        agent.generate = recording_generate
     trainer.train(resume_from_checkpoint=cli.resume)
     trainer.save_model(os.path.join(cli.output_dir, "final"))
     team = trainer.accelerator.unwrap_model(trainer.model)
     weights = {}
     for i, agent in enumerate(team.agents):
-        for name, p in agent.named_parameters():
-            weights[f"{i}.{name}"] = p.detach().cpu().clone()
+        with gathered(agent, trainer):
+            for name, p in agent.named_parameters():
+                weights[f"{i}.{name}"] = p.detach().cpu().clone()
     torch.save(weights, os.path.join(cli.output_dir, f"weights_rank{trainer.accelerator.process_index}.pt"))
     if trainer.accelerator.is_main_process:
         info = {"num_processes": state.num_processes, "distributed_type": str(state.distributed_type),
-                "log_history": trainer.state.log_history}  # fmt: skip
+                "log_history": trainer.state.log_history, "visible_while_generating": visible}  # fmt: skip
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump(info, f)
 

@@ -1,0 +1,142 @@
+"""Real multi-process training on CPU: torchrun with 2 gloo processes (DDP), and DeepSpeed ZeRO-2/3.
+
+Each test launches tests/distributed/run_length_ratio.py: the length-ratio task, 2 agents, 2 turns, early
+termination on (so ranks hold uneven trees). Marked `distributed`; they run in the default suite and in CI.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+WORKER = os.path.join(os.path.dirname(__file__), "distributed", "run_length_ratio.py")
+DS_CONFIGS = os.path.join(os.path.dirname(__file__), "distributed")
+
+pytestmark = pytest.mark.distributed
+
+
+def launch(output_dir, *args, nproc=2, timeout=600):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if nproc == 1:
+        command = [sys.executable, WORKER]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), WORKER]
+    start = time.perf_counter()
+    result = subprocess.run(
+        [*command, "--output_dir", str(output_dir), *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+    return result, time.perf_counter() - start
+
+
+def finished(output_dir, *args, nproc=2):
+    result, _ = launch(output_dir, *args, nproc=nproc)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    with open(os.path.join(output_dir, "info.json")) as f:
+        info = json.load(f)
+    weights = [torch.load(os.path.join(output_dir, f"weights_rank{r}.pt")) for r in range(nproc)]
+    return info, weights
+
+
+def assert_same(a, b, **tolerance):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], msg=name, **tolerance)
+
+
+def assert_ranks_identical_and_saved(output_dir, info, weights):
+    from transformers import AutoModelForCausalLM
+
+    assert info["num_processes"] == 2
+    assert_same(weights[0], weights[1], rtol=0, atol=0)
+    for i in range(2):
+        loaded = AutoModelForCausalLM.from_pretrained(os.path.join(output_dir, "final", f"agent_{i}"))
+        for name, p in loaded.named_parameters():
+            torch.testing.assert_close(p, weights[0][f"{i}.{name}"], msg=name)
+
+
+def initial_weights():
+    sys.path.insert(0, os.path.dirname(__file__))
+    from tiny import make_model, make_tokenizer
+
+    tok = make_tokenizer()
+    return {f"{i}.{n}": p.detach().clone() for i in range(2) for n, p in make_model(tok, seed=i).named_parameters()}
+
+
+def test_ddp_two_processes_train_identical_agents(tmp_path):
+    info, weights = finished(tmp_path, "--max_steps", 3)
+    assert info["distributed_type"] == "DistributedType.MULTI_CPU"
+    assert_ranks_identical_and_saved(tmp_path, info, weights)
+    logs = [h for h in info["log_history"] if "turn_1/terminated_frac" in h]
+    assert len(logs) == 3 and all("turn_2/reward_mean" in h for h in logs)
+
+
+def test_two_processes_equal_one_process(tmp_path):
+    """One step, same global batch and seed: 2 processes reach the 1-process weights (uneven trees included)."""
+    common = ("--max_steps", 1, "--per_prompt_seed")
+    info2, (two, _) = finished(tmp_path / "two", *common, "--per_device_train_batch_size", 4)
+    info1, (one,) = finished(tmp_path / "one", *common, "--per_device_train_batch_size", 8, nproc=1)
+    log1, log2 = info1["log_history"][0], info2["log_history"][0]
+    # early termination ended some turn-1 nodes but not all: the two ranks grew trees of different sizes
+    assert 0.0 < log1["turn_1/terminated_frac"] < 1.0
+    assert log2["turn_1/reward_mean"] == pytest.approx(log1["turn_1/reward_mean"])
+    assert_same(two, one, rtol=1e-5, atol=1e-6)
+    start = initial_weights()
+    assert max((one[k] - start[k]).abs().max().item() for k in start) > 1e-4  # the step moved the weights
+
+
+def test_ddp_resume_matches_uninterrupted(tmp_path):
+    _, (full, _) = finished(tmp_path / "full", "--max_steps", 4, "--save_steps", 2)
+    finished(tmp_path / "part", "--max_steps", 4, "--save_steps", 2, "--stop_at", 2)
+    checkpoint = tmp_path / "part" / "checkpoint-2"
+    info, (resumed, _) = finished(tmp_path / "resumed", "--max_steps", 4, "--resume", checkpoint)
+    assert info["log_history"][-1]["step"] == 4
+    assert_same(resumed, full, rtol=1e-5, atol=1e-6)
+
+
+def test_failure_on_one_rank_stops_every_rank_quickly(tmp_path):
+    result, seconds = launch(tmp_path, "--max_steps", 2, "--fail_on_rank", 1, timeout=300)
+    assert result.returncode != 0
+    log = result.stdout + result.stderr
+    assert "[rank1]: RuntimeError: transition failure on rank 1" in log
+    # the healthy rank names the failing one instead of waiting in a collective until the gloo timeout (30 min)
+    assert "the rollout failed on process(es) [1]: {1: 'RuntimeError: transition failure on rank 1'}" in log
+    assert seconds < 120
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory):
+    """Two DDP steps of the worker, the reference the ZeRO runs must match."""
+    _, (weights, _) = finished(tmp_path_factory.mktemp("ddp"), "--max_steps", 2)
+    return weights
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
+    pytest.importorskip("deepspeed")
+    config = os.path.join(DS_CONFIGS, f"ds_zero{stage}.json")
+    info, weights = finished(tmp_path, "--max_steps", 2, "--deepspeed", config)
+    assert info["distributed_type"] == "DistributedType.DEEPSPEED"
+    assert_ranks_identical_and_saved(tmp_path, info, weights)
+    assert_same(weights[0], ddp_reference, rtol=1e-5, atol=1e-6)
+    own, others = zip(*info["visible_while_generating"])
+    assert min(own) > 0
+    if stage == 3:
+        # generation gathers the generating agent alone: the other agents stay partitioned
+        assert max(others) == 0
+    else:
+        assert min(others) > 0
+
+
+def test_zero3_resume_matches_uninterrupted(tmp_path):
+    pytest.importorskip("deepspeed")
+    zero3 = ("--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"), "--max_steps", 4, "--save_steps", 2)
+    _, (full, _) = finished(tmp_path / "full", *zero3)
+    finished(tmp_path / "part", *zero3, "--stop_at", 2)
+    info, (resumed, _) = finished(tmp_path / "resumed", *zero3, "--resume", tmp_path / "part" / "checkpoint-2")
+    assert info["log_history"][-1]["step"] == 4
+    assert_same(resumed, full, rtol=1e-5, atol=1e-6)
