@@ -140,3 +140,36 @@ def test_zero3_resume_matches_uninterrupted(tmp_path):
     info, (resumed, _) = finished(tmp_path / "resumed", *zero3, "--resume", tmp_path / "part" / "checkpoint-2")
     assert info["log_history"][-1]["step"] == 4
     assert_same(resumed, full, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "config, env",
+    [("zero3.yaml", {}), ("cpu_2proc.yaml", {"ACCELERATE_USE_CPU": "true"})],
+)
+def test_recipe_under_accelerate_launch(tmp_path, tiny_model_dir, config, env):
+    """The README's launch command, unchanged but for CPU flags: 2 processes, the shipped accelerate config."""
+    repo = os.path.dirname(os.path.dirname(__file__))
+    command = [
+        "accelerate", "launch", "--config_file", os.path.join(repo, "accelerate_configs", config),
+        "--num_processes", "2", "--mixed_precision", "no", os.path.join(repo, "recipes", "length_ratio.py"),
+        "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--max_new_tokens", "8",
+        "--num_train_epochs", "1", "--report_to", "none",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    from transformers import AutoModelForCausalLM
+
+    for i in range(2):
+        AutoModelForCausalLM.from_pretrained(tmp_path / f"agent_{i}")
+    checkpoint = tmp_path / "checkpoint-1"
+    if config == "zero3.yaml":
+        # DeepSpeed wrote one ZeRO-3 optimizer shard per process
+        shards = sorted(p.name for p in (checkpoint / "global_step1").glob("*optim_states.pt"))
+        assert len(shards) == 2
+        state = torch.load(checkpoint / "global_step1" / shards[0], weights_only=False, map_location="cpu")
+        assert state["ds_config"]["zero_optimization"]["stage"] == 3
+    else:
+        assert sorted(p.name for p in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -89,10 +90,12 @@ class MAGRPOConfig(GRPOConfig):
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
             if self.bf16 is None:
                 self.bf16 = False
-            # Without use_cpu, two CPU processes launched with torchrun silently train two independent copies.
-            # DeepSpeed has its own CPU path and falls back to DDP when use_cpu is set, so it is left alone there.
-            if self.deepspeed is None:
+            uses_deepspeed = self.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true"
+            if not uses_deepspeed:
+                # Without use_cpu, two CPU processes launched with torchrun silently train two independent copies.
                 self.use_cpu = True
+            elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                self._configure_deepspeed_on_cpu()
         # Every agent runs a forward on every micro-step (inert rows fill in), so DDP need not search for unused
         # parameters; transformers would otherwise turn the search on for a model that is not a PreTrainedModel.
         if self.ddp_find_unused_parameters is None:
@@ -116,3 +119,25 @@ class MAGRPOConfig(GRPOConfig):
                 f"of num_generations ({self.num_generations}), so that each process holds whole prompts. For example, "
                 f"set per_device_train_batch_size={self.num_generations}."
             )
+
+    def _configure_deepspeed_on_cpu(self):
+        """DeepSpeed with several CPU processes: create the process group with gloo before the Trainer does.
+
+        With no accelerator, accelerate leaves the backend unset and counts 1 process while DeepSpeed counts all of
+        them (its batch-size check then fails); `use_cpu` would silently fall back to DDP instead.
+        """
+        from accelerate import PartialState
+
+        if self.deepspeed is None:
+            # `accelerate launch` with a DeepSpeed config: TrainingArguments rebuilds the state with this backend.
+            self.ddp_backend = self.ddp_backend or "gloo"
+            return
+        # `deepspeed=` in the config: the state must exist before TrainingArguments, and the Trainer must reuse it.
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+        PartialState(backend="gloo")
+        if self.accelerator_config is None:
+            self.accelerator_config = {}
+        if isinstance(self.accelerator_config, dict):
+            self.accelerator_config["use_configured_state"] = True
+        else:
+            self.accelerator_config.use_configured_state = True

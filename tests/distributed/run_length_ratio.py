@@ -70,20 +70,13 @@ def main():
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     cli = parser.parse_args()
 
-    if cli.deepspeed:
-        # With no accelerator, accelerate leaves the process-group backend unset (SPEC: DeepSpeed on CPU).
-        from accelerate import PartialState
-
-        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"  # the state must be created for DeepSpeed
-        PartialState(backend="gloo")
-
     tokenizer = make_tokenizer()
     args = MAGRPOConfig(
         output_dir=cli.output_dir, num_turns=2, early_termination_threshold=0.55, num_generations=2,
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=False, disable_tqdm=True,
-        deepspeed=cli.deepspeed, accelerator_config={"use_configured_state": True} if cli.deepspeed else None,
+        deepspeed=cli.deepspeed,
         check_functions_before_training=False
     )  # fmt: skip
     rank = int(os.environ.get("RANK", "0"))
