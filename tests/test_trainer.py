@@ -145,3 +145,27 @@ def test_resume_matches_uninterrupted_run(tmp_path, tokenizer):
     for a, b in zip(full, _final_weights(resumed)):
         for name in a:
             torch.testing.assert_close(a[name], b[name], msg=name)
+
+
+def test_evaluation_rollouts(tmp_path, tokenizer):
+    args = config(
+        tmp_path, num_turns=2, early_termination_threshold=None, max_steps=2, eval_strategy="steps", eval_steps=1,
+        eval_on_start=True, per_device_eval_batch_size=2, num_generations_eval=1, eval_do_sample=False,
+    )  # fmt: skip
+    trainer = MAGRPOTrainer(
+        agents=team(tokenizer), tokenizer=tokenizer, reward_func=length_ratio_reward,
+        external_transition=length_feedback, train_dataset=dataset(), eval_dataset=dataset(2), args=args,
+    )  # fmt: skip
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert [h["step"] for h in evals] == [0, 1, 2]  # a baseline before training, then after each step
+    for h in evals:
+        for t in (1, 2):
+            assert f"eval_turn_{t}/reward_mean" in h and f"eval_turn_{t}/expected_return" in h
+        # greedy, one completion per agent: 2 prompts x 1 joint answer, each expanded once
+        assert h["eval_turn_1/expected_return"] == pytest.approx(h["eval_turn_1/reward_mean"] + h["eval_turn_2/reward_mean"])
+    # greedy evaluation is deterministic: evaluating twice gives the same rewards
+    first, second = trainer.evaluate(), trainer.evaluate()
+    assert first["eval_turn_1/reward_mean"] == second["eval_turn_1/reward_mean"]
+    assert first["eval_turn_2/reward_mean"] == second["eval_turn_2/reward_mean"]
+    assert first["eval_turn_1/reward_mean"] == evals[-1]["eval_turn_1/reward_mean"]

@@ -38,6 +38,10 @@ class MAGRPOConfig(GRPOConfig):
             K**N joint answers.
         max_new_tokens (`int` or `None`, *optional*):
             Alias of `max_completion_length`.
+        eval_do_sample (`bool`, *optional*, defaults to `True`):
+            Evaluation rollouts sample like training (`True`) or decode greedily (`False`). Evaluation runs with
+            `eval_dataset` and `eval_strategy`, or `trainer.evaluate()`, and logs `eval_turn_{t}/reward_mean` and
+            `eval_turn_{t}/expected_return`; `eval_on_start=True` adds a baseline evaluation before training.
         check_functions_before_training (`bool`, *optional*, defaults to `True`):
             Call the reward and the transition once on the first training row with placeholder answers when the
             trainer is built, so that a wrong return (count, type, NaN) fails before any generation.
@@ -76,6 +80,13 @@ class MAGRPOConfig(GRPOConfig):
     )
     max_new_tokens: int | None = field(
         default=None, metadata={"help": "Alias of `max_completion_length`; wins when both are given."}
+    )
+    eval_do_sample: bool = field(
+        default=True,
+        metadata={
+            "help": "Sample evaluation rollouts like training ones (True) or decode greedily (False). Set "
+            "`eval_on_start=True` for a baseline evaluation before training."
+        },
     )
     check_functions_before_training: bool = field(
         default=True,

@@ -113,4 +113,5 @@ def group_advantages(returns: torch.Tensor, scale_rewards: str = "group") -> tor
         std = _std(returns) if returns.numel() > 1 else torch.zeros(())
     else:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}.")
-    return centred / (std + 1e-4)
+    # A single completion per group (e.g. greedy evaluation) has no spread: its advantage is 0, not NaN.
+    return centred / (torch.nan_to_num(std) + 1e-4)

@@ -164,18 +164,11 @@ class MAGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(agent, temperature=self.temperature, outputs=("log_probs", "entropy"))
         self.ref_team = self._build_reference() if beta != 0.0 else None
 
-        self.agent_generation_configs = [
-            GenerationConfig(
-                **{
-                    **self.generation_kwargs,
-                    "pad_token_id": tok.pad_token_id,
-                    "bos_token_id": tok.bos_token_id,
-                    "eos_token_id": eos,
-                },
-                disable_compile=True,
-            )
-            for tok, eos in zip(self.tokenizers, self.agent_eos_token_ids)
-        ]
+        # Per agent, for training (sampled, as GRPOTrainer) and evaluation (sampled or greedy, `eval_do_sample`).
+        self.generation_configs = {
+            mode: [self._generation_config(tok, eos, mode) for tok, eos in zip(self.tokenizers, self.agent_eos_token_ids)]
+            for mode in ("train", "eval")
+        }
         if args.check_functions_before_training and train_dataset is not None:
             self._check_user_functions(next(iter(train_dataset)))
 
@@ -187,6 +180,17 @@ class MAGRPOTrainer(GRPOTrainer):
         reference.requires_grad_(False)
         reference.eval()
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
+
+    def _generation_config(self, tokenizer, eos_token_ids: list[int], mode: str) -> GenerationConfig:
+        kwargs = {
+            **self.generation_kwargs,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": eos_token_ids,
+        }
+        if mode == "eval" and not self.args.eval_do_sample:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
+        return GenerationConfig(**kwargs, disable_compile=True)
 
     def _check_user_functions(self, row: dict) -> None:
         """Call the reward and the transition once with placeholder answers, before any generation."""
@@ -243,7 +247,7 @@ class MAGRPOTrainer(GRPOTrainer):
             output = team.agents[agent].generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                generation_config=self.agent_generation_configs[agent],
+                generation_config=self.generation_configs["train" if self.model.training else "eval"][agent],
             )
         completion = output[:, input_ids.size(1) :].cpu()
         eos = torch.isin(completion, torch.tensor(self.agent_eos_token_ids[agent]))
