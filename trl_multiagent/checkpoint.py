@@ -42,3 +42,16 @@ def load_agent_weights(agent: torch.nn.Module, folder: str) -> None:
         raise RuntimeError(
             f"Checkpoint {folder!r} does not match the agent: missing {missing}, unexpected {result.unexpected_keys}."
         )
+
+
+def load_adapter_weights(peft_model, folder: str, adapter_name: str) -> None:
+    """Load a PEFT adapter saved in `folder` into `adapter_name` of `peft_model`, leaving it trainable."""
+    from peft import set_peft_model_state_dict
+
+    path = os.path.join(folder, "adapter_model.safetensors")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No adapter weights in {folder!r}.")
+    result = set_peft_model_state_dict(peft_model, load_file(path), adapter_name=adapter_name)
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise RuntimeError(f"Adapter {folder!r} does not match agent adapter {adapter_name!r}: unexpected {unexpected}.")

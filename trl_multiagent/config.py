@@ -38,6 +38,8 @@ class MAGRPOConfig(GRPOConfig):
             K**N joint answers.
         max_new_tokens (`int` or `None`, *optional*):
             Alias of `max_completion_length`.
+        trainable_agents (`list[int]` or `None`, *optional*):
+            Agents that train; the others keep their weights (a fixed partner). `None` trains all.
         eval_do_sample (`bool`, *optional*, defaults to `True`):
             Evaluation rollouts sample like training (`True`) or decode greedily (`False`). Evaluation runs with
             `eval_dataset` and `eval_strategy`, or `trainer.evaluate()`, and logs `eval_turn_{t}/reward_mean` and
@@ -80,6 +82,13 @@ class MAGRPOConfig(GRPOConfig):
     )
     max_new_tokens: int | None = field(
         default=None, metadata={"help": "Alias of `max_completion_length`; wins when both are given."}
+    )
+    trainable_agents: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Indices of the agents that train; the others act in rollouts with frozen weights (e.g. a "
+            "fixed partner). None trains every agent."
+        },
     )
     eval_do_sample: bool = field(
         default=True,

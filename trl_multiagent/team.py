@@ -3,34 +3,100 @@
 The Trainer (and DDP/DeepSpeed) see a single model. Every forward goes through the team, which routes it to the agent
 selected with `acting(i)`: DDP and ZeRO hooks stay on the path, and each agent keeps its own architecture, vocabulary
 and generation config.
+
+Two layouts:
+
+- separate models (`AgentTeam(agents)`): full models or PEFT models, each with its own weights;
+- one shared base with one LoRA adapter per agent (`AgentTeam.shared_base(peft_model, adapter_names)`): N agents at
+  about the cost of one base model. Acting as agent i activates adapter i in every LoRA layer *without* touching
+  `requires_grad` (PEFT's `set_adapter` would freeze the others), so every adapter trains in the same step.
 """
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 
 from torch import nn
 
 
+def _is_peft(module: nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(module, PeftModel)
+
+
 class AgentTeam(nn.Module):
-    def __init__(self, agents: list[nn.Module]):
+    def __init__(self, agents: list[nn.Module], adapter_names: list[str] | None = None):
         super().__init__()
         if not agents:
             raise ValueError("AgentTeam needs at least one agent.")
         self.agents = nn.ModuleList(agents)
+        self.adapter_names = list(adapter_names) if adapter_names else None
         self.active = 0
+        if self.adapter_names:
+            from peft.tuners.tuners_utils import BaseTunerLayer
+
+            self._tuner_layers = [m for m in agents[0].modules() if isinstance(m, BaseTunerLayer)]
+            self._activate(0)
+
+    @classmethod
+    def shared_base(cls, peft_model: nn.Module, adapter_names: list[str]) -> AgentTeam:
+        """One PEFT model whose adapters `adapter_names[i]` are the agents."""
+        return cls([peft_model], adapter_names)
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.adapter_names) if self.adapter_names else len(self.agents)
 
     def __len__(self) -> int:
-        return len(self.agents)
+        return self.num_agents
+
+    @property
+    def is_shared_base(self) -> bool:
+        return self.adapter_names is not None
+
+    @property
+    def all_adapters(self) -> bool:
+        """Every agent is an adapter (shared base, or one PEFT model each): its reference is the adapter disabled."""
+        return self.is_shared_base or all(_is_peft(a) for a in self.agents)
+
+    def agent(self, index: int) -> nn.Module:
+        """The module that acts for agent `index` (the shared PEFT model, or the agent's own model)."""
+        return self.agents[0] if self.is_shared_base else self.agents[index]
+
+    def agent_parameters(self, index: int) -> list[nn.Parameter]:
+        """The parameters that belong to agent `index` alone (its adapter, on a shared base)."""
+        if not self.is_shared_base:
+            return list(self.agents[index].parameters())
+        tag = f".{self.adapter_names[index]}."
+        return [p for name, p in self.agents[0].named_parameters() if tag in name]
+
+    def _activate(self, index: int) -> None:
+        if self.is_shared_base:
+            name = self.adapter_names[index]
+            for layer in self._tuner_layers:
+                layer._active_adapter = [name]
+            self.agents[0].base_model.active_adapter = name
+        self.active = index
 
     @contextmanager
     def acting(self, index: int):
-        """Route forwards to agent `index` inside the block."""
-        previous, self.active = self.active, index
+        """Route forwards to agent `index` inside the block; yields the module to call (e.g. `generate` on)."""
+        previous = self.active
+        self._activate(index)
         try:
-            yield self.agents[index]
+            yield self.agent(index)
         finally:
-            self.active = previous
+            self._activate(previous)
+
+    @contextmanager
+    def reference(self, index: int):
+        """Agent `index` with its adapter disabled: the frozen reference policy of an adapter agent."""
+        with self.acting(index) as module, module.disable_adapter():
+            yield module
 
     def forward(self, *args, run=None, **kwargs):
         """The active agent's forward; or, with `run=fn`, `fn(self)`.
@@ -40,10 +106,10 @@ class AgentTeam(nn.Module):
         """
         if run is not None:
             return run(self)
-        return self.agents[self.active](*args, **kwargs)
+        return self.agent(self.active)(*args, **kwargs)
 
     # What Trainer and GRPOTrainer read from "the model". `config` and `generation_config` are the first agent's: they
-    # only serve code that expects one (model card, aux-loss checks); per-agent settings are read from each agent.
+    # only serve code that expects one (model card, DeepSpeed bucket sizes); per-agent settings are read from each agent.
     @property
     def config(self):
         return self.agents[0].config
@@ -59,7 +125,29 @@ class AgentTeam(nn.Module):
 
     is_activation_checkpointing = is_gradient_checkpointing
 
-    def activation_checkpointing_enable(self, **kwargs):
+    def _checkpoint_kwargs(self, kwargs: dict | None) -> dict | None:
+        if not self.is_shared_base:
+            return kwargs
+        # A checkpointed layer recomputes its forward during backward, when another agent's adapter may be active.
+        # The recompute context puts back the adapter that was active when the layer first ran.
+        return {**(kwargs or {}), "use_reentrant": False, "context_fn": self._adapter_recompute_context}
+
+    def _adapter_recompute_context(self):
+        recorded = self.active
+
+        @contextmanager
+        def recompute():
+            previous = self.active
+            self._activate(recorded)
+            try:
+                yield
+            finally:
+                self._activate(previous)
+
+        return contextlib.nullcontext(), recompute()
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+        kwargs["activation_checkpointing_kwargs"] = self._checkpoint_kwargs(activation_checkpointing_kwargs)
         for agent in self.agents:
             agent.activation_checkpointing_enable(**kwargs)
 
@@ -68,8 +156,9 @@ class AgentTeam(nn.Module):
             agent.activation_checkpointing_disable()
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
+        kwargs = self._checkpoint_kwargs(gradient_checkpointing_kwargs)
         for agent in self.agents:
-            agent.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs, **kwargs)
+            agent.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
     def gradient_checkpointing_disable(self):
         for agent in self.agents:

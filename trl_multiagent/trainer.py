@@ -98,8 +98,6 @@ class MAGRPOTrainer(GRPOTrainer):
         args = args if args is not None else MAGRPOConfig("MAGRPO")
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
-        if peft_config is not None:
-            raise NotImplementedError("MAGRPOTrainer: `peft_config` (per-agent LoRA) is not supported yet.")
         if args.cast_lm_head_to_fp32 or args.use_vllm or args.sync_ref_model:
             raise NotImplementedError(
                 "MAGRPOTrainer does not support `cast_lm_head_to_fp32`, `use_vllm` or `sync_ref_model` yet."
@@ -134,13 +132,29 @@ class MAGRPOTrainer(GRPOTrainer):
             Transition(external_transition, n, conversational) if external_transition is not None else None
         )
 
+        peft_configs = _peft_config_list(peft_config, n)
+        trainable = list(range(n)) if args.trainable_agents is None else list(args.trainable_agents)
+        if any(not 0 <= i < n for i in trainable):
+            raise ValueError(f"MAGRPOConfig.trainable_agents={trainable} names agents outside 0..{n - 1}.")
+        shared_base = peft_configs is not None and model is not None
+        if shared_base:
+            specs = specs[:1]  # one base model; the agents are its adapters
         agent_models = [_load_agent(spec, args) for spec in specs]
         if tokenizers is None:
-            tokenizers = [AutoTokenizer.from_pretrained(m.config._name_or_path) for m in agent_models]
+            tokenizers = [AutoTokenizer.from_pretrained(m.config._name_or_path) for m in agent_models] * (
+                n if shared_base else 1
+            )
         self.tokenizers = tokenizers
-        self.agent_eos_token_ids = [_prepare_tokenizer_and_model(t, m) for t, m in zip(tokenizers, agent_models)]
-        self.team = AgentTeam(agent_models)
+        self.agent_eos_token_ids = [
+            _prepare_tokenizer_and_model(t, agent_models[0 if shared_base else i]) for i, t in enumerate(tokenizers)
+        ]
+        self.team = _build_team(agent_models, peft_configs, shared_base)
         self.num_agents = n
+        self.trainable_agents = trainable
+        for i in range(n):
+            if i not in trainable:
+                for p in self.team.agent_parameters(i):
+                    p.requires_grad_(False)
 
         # GRPOTrainer would build a reference model from a hub id; each agent's reference is built below instead.
         beta, args.beta = args.beta, 0.0
@@ -161,8 +175,10 @@ class MAGRPOTrainer(GRPOTrainer):
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
         del self.team.forward
         for agent in self.team.agents:
-            add_fused_lm_head(agent, temperature=self.temperature, outputs=("log_probs", "entropy"))
-        self.ref_team = self._build_reference() if beta != 0.0 else None
+            base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
+            add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
+        # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
+        self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
         # Per agent, for training (sampled, as GRPOTrainer) and evaluation (sampled or greedy, `eval_do_sample`).
         self.generation_configs = {
@@ -241,10 +257,11 @@ class MAGRPOTrainer(GRPOTrainer):
                 gather_deepspeed3_params=False,  # one agent at a time, below
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
             ) as team,
-            self._gathered_for_generation(team.agents[agent]),
+            team.acting(agent) as acting_model,
+            self._gathered_for_generation(acting_model),
             torch.no_grad(),
         ):
-            output = team.agents[agent].generate(
+            output = acting_model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=self.generation_configs["train" if self.model.training else "eval"][agent],
@@ -373,17 +390,21 @@ class MAGRPOTrainer(GRPOTrainer):
         logits_to_keep = batch["completion_ids"].size(1)
         chunk = self.args.per_device_train_batch_size
         generate_every = self.args.steps_per_generation * self.num_iterations
+        logps = partial(
+            self._get_per_token_logps_and_entropies,
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep, batch_size=chunk,
+        )  # fmt: skip
+        trains = agent in self.trainable_agents
         with disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs):
-            if self.args.gradient_accumulation_steps % generate_every != 0:
+            if trains and self.args.gradient_accumulation_steps % generate_every != 0:
                 with self.team.acting(agent):
-                    batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                        self.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
-                    )[0]
-            if self.ref_team is not None:
+                    batch["old_per_token_logps"] = logps(self.model)[0]
+            if trains and self.beta != 0.0 and self.ref_team is not None:
                 with self.accelerator.unwrap_model(self.ref_team).acting(agent):
-                    batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                        self.ref_team, input_ids, attention_mask, logits_to_keep, batch_size=chunk
-                    )[0]
+                    batch["ref_per_token_logps"] = logps(self.ref_team)[0]
+            elif trains and self.beta != 0.0:
+                with self.team.reference(agent):
+                    batch["ref_per_token_logps"] = logps(self.model)[0]
         self._phase_time["logps"] += time.perf_counter() - start
 
     # ------------------------------------------------------------------ metrics
@@ -481,6 +502,8 @@ class MAGRPOTrainer(GRPOTrainer):
     def _team_loss(self, inputs: list[dict], team: AgentTeam) -> torch.Tensor:
         loss = 0.0
         for agent, agent_inputs in enumerate(inputs):
+            if agent not in self.trainable_agents:
+                continue  # a frozen agent acts in rollouts but has nothing to learn
             with team.acting(agent):
                 loss = loss + self._compute_loss(team, agent_inputs)
         return loss
@@ -488,22 +511,54 @@ class MAGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ saving and resuming
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """Write `agent_{i}/` (weights, config, tokenizer) for each agent, loadable with `from_pretrained`."""
+        """Write `agent_{i}/` for each agent: full weights, or a PEFT adapter; with its tokenizer.
+
+        Full weights load with `AutoModelForCausalLM.from_pretrained(dir/agent_i)`, adapters with
+        `PeftModel.from_pretrained(base, dir/agent_i)`.
+        """
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
             return
         os.makedirs(output_dir, exist_ok=True)
-        for i, agent in enumerate(self.team.agents):
+        for i in range(self.num_agents):
             agent_dir = checkpoint.agent_dir(output_dir, i)
-            agent_state = checkpoint.agent_state_dict(state_dict, i)
-            agent.save_pretrained(agent_dir, state_dict=agent_state)
+            if self.team.is_shared_base:
+                # PEFT writes a named adapter into `<dir>/<name>/`, and the adapters are named `agent_{i}`.
+                self.team.agent(i).save_pretrained(
+                    output_dir, selected_adapters=[self.team.adapter_names[i]],
+                    state_dict=checkpoint.agent_state_dict(state_dict, 0),
+                )  # fmt: skip
+            else:
+                self.team.agent(i).save_pretrained(agent_dir, state_dict=checkpoint.agent_state_dict(state_dict, i))
             self.tokenizers[i].save_pretrained(agent_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
+    def save_merged_model(self, output_dir: str) -> None:
+        """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model.
+
+        For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
+        """
+        team = self.accelerator.unwrap_model(self.model)
+        for i in range(self.num_agents):
+            agent_dir = checkpoint.agent_dir(output_dir, i)
+            module = team.agent(i)
+            if hasattr(module, "merge_and_unload"):
+                merged = copy.deepcopy(module)
+                adapter = team.adapter_names[i] if team.is_shared_base else None
+                module = merged.merge_and_unload(adapter_names=[adapter] if adapter else None)
+            module.save_pretrained(agent_dir)
+            self.tokenizers[i].save_pretrained(agent_dir)
+
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         team = self.accelerator.unwrap_model(model if model is not None else self.model)
-        for i, agent in enumerate(team.agents):
-            checkpoint.load_agent_weights(agent, checkpoint.agent_dir(resume_from_checkpoint, i))
+        for i in range(self.num_agents):
+            folder = checkpoint.agent_dir(resume_from_checkpoint, i)
+            if team.is_shared_base:
+                checkpoint.load_adapter_weights(team.agent(i), folder, team.adapter_names[i])
+            elif hasattr(team.agent(i), "peft_config"):
+                checkpoint.load_adapter_weights(team.agent(i), folder, "default")
+            else:
+                checkpoint.load_agent_weights(team.agent(i), folder)
 
 
 # ---------------------------------------------------------------------- module helpers
@@ -533,6 +588,34 @@ class _Copy:
 
     def __init__(self, model):
         self.model = model
+
+
+def _peft_config_list(peft_config, num_agents: int) -> list | None:
+    if peft_config is None:
+        return None
+    configs = list(peft_config) if isinstance(peft_config, (list, tuple)) else [peft_config] * num_agents
+    if len(configs) != num_agents:
+        raise ValueError(f"MAGRPOTrainer got {len(configs)} peft_configs for {num_agents} agents; pass one or one each.")
+    return configs
+
+
+def _build_team(models: list, peft_configs: list | None, shared_base: bool) -> AgentTeam:
+    """Separate models (optionally each wrapped with its own adapter), or one base with an adapter per agent."""
+    if peft_configs is None:
+        return AgentTeam(models)
+    from peft import get_peft_model
+
+    if not shared_base:
+        return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs)])
+    names = [f"agent_{i}" for i in range(len(peft_configs))]
+    peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
+    for name, config in zip(names[1:], peft_configs[1:]):
+        peft_model.add_adapter(name, config)
+    # Every adapter trains at once; PEFT leaves only the active one trainable.
+    for param_name, param in peft_model.named_parameters():
+        if any(f".{name}." in param_name for name in names):
+            param.requires_grad_(True)
+    return AgentTeam.shared_base(peft_model, names)
 
 
 def _load_agent(spec, args: MAGRPOConfig) -> torch.nn.Module:
