@@ -43,11 +43,13 @@ def make_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
     )
 
 
-def make_model(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, arch: str = "llama"):
+def make_model(
+    tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, arch: str = "llama", vocab_size: int | None = None
+):
     """A random causal LM with tied embeddings (hidden 32, 2 layers by default)."""
     torch.manual_seed(seed)
     common = dict(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,

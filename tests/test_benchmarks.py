@@ -1,0 +1,18 @@
+"""The benchmark scripts run end to end in smoke mode (tiny model, one step). Not timed: timing is theirs."""
+
+import os
+import subprocess
+import sys
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+
+
+def test_bench_memory_smoke():
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "bench_memory.py"), "--smoke"], capture_output=True, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert any("shared base + LoRA" in line for line in lines)
+    assert any("separate full models" in line for line in lines)
