@@ -207,3 +207,31 @@ def test_heterogeneous_team_llama_and_qwen2(tmp_path):
         assert type(reloaded) is type(agent)
         for (name, p), q in zip(agent.state_dict().items(), reloaded.state_dict().values()):
             assert torch.equal(p, q), name
+
+
+def test_separate_bases_each_with_an_adapter(tmp_path, tokenizer):
+    agents = [make_model(tokenizer, seed=i) for i in range(2)]
+    trainer = MAGRPOTrainer(
+        agents=agents, peft_config=LoraConfig(**LORA), tokenizer=tokenizer, reward_func=length_ratio_reward,
+        external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        args=args_for(tmp_path, beta=0.1),
+    )  # fmt: skip
+    assert not trainer.team.is_shared_base and trainer.team.all_adapters and trainer.ref_team is None
+    def lora_params(i):
+        return [p.detach().clone() for n, p in trainer.team.agent(i).named_parameters() if "lora_" in n]
+
+    before = [lora_params(i) for i in range(2)]
+    trainer.train()
+    out = tmp_path / "saved"
+    trainer.save_model(str(out))
+    for i in range(2):
+        trained = lora_params(i)
+        assert any(not torch.equal(a, b) for a, b in zip(before[i], trained)), f"adapter {i} did not train"
+        loaded = PeftModel.from_pretrained(make_model(tokenizer, seed=i), out / f"agent_{i}")
+        for p, q in zip([p for n, p in loaded.named_parameters() if "lora_" in n], trained):
+            assert torch.equal(p, q)
+        # the base weights of each agent stayed as they were
+        base_before = make_model(tokenizer, seed=i).state_dict()
+        for name, value in trainer.team.agent(i).get_base_model().state_dict().items():
+            if "lora_" not in name and name.replace("base_layer.", "") in base_before:
+                assert torch.equal(value, base_before[name.replace("base_layer.", "")]), name
