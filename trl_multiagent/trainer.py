@@ -185,6 +185,7 @@ class MAGRPOTrainer(GRPOTrainer):
             mode: [self._generation_config(tok, eos, mode) for tok, eos in zip(self.tokenizers, self.agent_eos_token_ids)]
             for mode in ("train", "eval")
         }
+        self._update_seconds, self._update_tokens = 0.0, 0
         if args.check_functions_before_training and train_dataset is not None:
             self._check_user_functions(next(iter(train_dataset)))
 
@@ -473,6 +474,7 @@ class MAGRPOTrainer(GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch):
         """As GRPOTrainer's, but each agent's rows are split so that every micro-batch holds every agent."""
+        start = time.perf_counter()
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)["agents"]
         generate_every = self.args.steps_per_generation * self.num_iterations
@@ -481,7 +483,28 @@ class MAGRPOTrainer(GRPOTrainer):
             self._buffered_inputs = split_micro_batches(
                 agent_batches, self.args.steps_per_generation, self._rows_per_agent(agent_batches)
             )
-        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+        micro_batch = self._buffered_inputs[self._step % self.args.steps_per_generation]
+        self._rollout_seconds = time.perf_counter() - start
+        self._micro_batch_tokens = sum(
+            int(b["prompt_mask"].sum() + b["completion_mask"].sum())
+            for i, b in enumerate(micro_batch)
+            if i in self.trainable_agents
+        )
+        return micro_batch
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        """GRPOTrainer's step, with the update (forward + backward) timed apart from the rollout."""
+        start = time.perf_counter()
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._update_seconds += time.perf_counter() - start - self._rollout_seconds
+        self._update_tokens += self._micro_batch_tokens
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            self._metrics["train"]["timing/update_s"].append(self._update_seconds)
+            self._metrics["train"]["throughput/update_tokens_per_s"].append(
+                self._update_tokens / max(self._update_seconds, 1e-9)
+            )
+            self._update_seconds, self._update_tokens = 0.0, 0
+        return loss
 
     def _rows_per_agent(self, agent_batches: list[dict]) -> list[int] | None:
         """Largest row count of each agent across processes, so every process runs the same forwards."""
