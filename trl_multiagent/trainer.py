@@ -25,6 +25,7 @@ from .batching import agent_rows, split_micro_batches
 from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
+from .metrics import rollout_metrics, rollout_stats
 from .rollout import Generation, RolloutTree, run_rollout
 from .team import AgentTeam
 
@@ -305,7 +306,8 @@ class MAGRPOTrainer(GRPOTrainer):
         keywords = self._reward_keywords([rows[nd.row] for nd in nodes], [nd.prompts for nd in nodes], turn)
         rewards, per_func = self.joint_reward(completions, turn, keywords)
         self._phase_time["reward"] += time.perf_counter() - start
-        self._reward_per_func[turn].append(per_func)
+        for f, values in enumerate(per_func):
+            self._reward_values[turn][f].extend(v for v in values if v is not None)
         return rewards
 
     def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_id: int) -> list:
@@ -345,7 +347,8 @@ class MAGRPOTrainer(GRPOTrainer):
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         self._phase_time = dict.fromkeys(("generate", "reward", "transition", "logps"), 0.0)
         self._generated_tokens = 0
-        self._reward_per_func = {t: [] for t in range(1, self.args.num_turns + 1)}
+        # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
+        self._reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, self.args.num_turns + 1)}
 
         tree = run_rollout(
             rows,
@@ -411,64 +414,22 @@ class MAGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ metrics
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, agent_batches) -> None:
-        metrics = self._metrics[mode]
-        # Per-turn statistics over every process's trees.
-        local = [
-            (self.tree_turn(tree, a), tree.joint_actions[a].reward, returns[a]) for a in range(len(returns))
-        ]  # fmt: skip
-        nodes = [(node.turn, node.terminated) for node in tree.nodes]
-        all_actions = gather_object(local)
-        all_nodes = gather_object(nodes)
-        rewards = torch.tensor([r for _, r, _ in all_actions])
-        metrics["reward"].append(rewards.mean().item())
-        metrics["reward_std"].append(rewards.std().item() if len(rewards) > 1 else 0.0)
-        zero_std = gather_object((credited.flatten(0, 1).std(dim=1) < 1e-8).tolist())
-        metrics["frac_reward_zero_std"].append(sum(zero_std) / len(zero_std))
-        for t in range(1, self.args.num_turns + 1):
-            turn_rewards = torch.tensor([r for turn, r, _ in all_actions if turn == t])
-            turn_returns = torch.tensor([g for turn, _, g in all_actions if turn == t])
-            turn_nodes = [done for turn, done in all_nodes if turn == t]
-            if len(turn_rewards) == 0:
-                continue
-            metrics[f"turn_{t}/reward_mean"].append(turn_rewards.mean().item())
-            metrics[f"turn_{t}/reward_std"].append(turn_rewards.std().item() if len(turn_rewards) > 1 else 0.0)
-            metrics[f"turn_{t}/expected_return"].append(turn_returns.mean().item())
-            metrics[f"turn_{t}/terminated_frac"].append(sum(turn_nodes) / len(turn_nodes))
-            for name, values in zip(self.joint_reward.names, self._func_values(t)):
-                if values:
-                    metrics[f"turn_{t}/rewards/{name}/mean"].append(sum(values) / len(values))
-
-        lengths = []
-        for i, batch in enumerate(agent_batches):
-            agent_lengths = torch.tensor(gather_object(batch["completion_mask"].sum(1).tolist()), dtype=torch.float)
-            metrics[f"agent_{i}/completions/mean_length"].append(agent_lengths.mean().item())
-            lengths.append(agent_lengths)
-        lengths = torch.cat(lengths)
-        metrics["completions/mean_length"].append(lengths.mean().item())
-        metrics["completions/min_length"].append(lengths.min().item())
-        metrics["completions/max_length"].append(lengths.max().item())
-        metrics["completions/clipped_ratio"].append((lengths >= self.max_completion_length).float().mean().item())
+        lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]
+        stats = gather_object([rollout_stats(tree, returns, credited, lengths, self._reward_values)])
+        metrics = rollout_metrics(stats, self.args.num_turns, self.joint_reward.names, self.max_completion_length)
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(value)
 
         tokens = sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum()) for b in agent_batches)
         if mode == "train":
-            self.state.num_input_tokens_seen += int(self.accelerator.gather(torch.tensor(tokens, device=self.accelerator.device)).sum())
-        metrics["num_tokens"] = [self.state.num_input_tokens_seen]
+            tokens = torch.tensor(tokens, device=self.accelerator.device)
+            self.state.num_input_tokens_seen += int(self.accelerator.gather(tokens).sum())
+        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         for phase, seconds in self._phase_time.items():
-            metrics[f"timing/{phase}_s"].append(seconds)
+            self._metrics[mode][f"timing/{phase}_s"].append(seconds)
         if self._phase_time["generate"] > 0:
-            metrics["throughput/generate_tokens_per_s"].append(self._generated_tokens / self._phase_time["generate"])
-
-    def _func_values(self, turn: int) -> list[list[float]]:
-        """Each reward function's scored values at a turn, over all processes."""
-        values = [[] for _ in self.joint_reward.names]
-        for per_func in self._reward_per_func[turn]:
-            for f, vals in enumerate(per_func):
-                values[f].extend(v for v in vals if v is not None)
-        return [sum(gather_object([vals]), []) for vals in values]
-
-    @staticmethod
-    def tree_turn(tree: RolloutTree, action_id: int) -> int:
-        return tree.nodes[tree.joint_actions[action_id].node].turn
+            throughput = self._generated_tokens / self._phase_time["generate"]
+            self._metrics[mode]["throughput/generate_tokens_per_s"].append(throughput)
 
     # ------------------------------------------------------------------ training step
 

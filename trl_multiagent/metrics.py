@@ -1,0 +1,84 @@
+"""Rollout metrics: per-turn rewards and returns, early termination, completion lengths. No model, no collectives.
+
+Each process summarises its own trees in a `RolloutStats` (small and picklable); the trainer gathers one per process
+with a single `gather_object` and `rollout_metrics` turns the list into the logged values.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from .rollout import RolloutTree
+
+
+@dataclass
+class RolloutStats:
+    actions: list[tuple[int, float, float]]  # (turn, joint reward, return) per joint action
+    nodes: list[tuple[int, bool]]  # (turn, ended by the threshold) per node
+    zero_std_groups: list[bool]  # per (node, agent) group: all K returns equal
+    completion_lengths: list[list[int]]  # per agent, tokens per completion
+    reward_values: dict[int, list[list[float]]] = field(default_factory=dict)  # turn -> per function, scored values
+
+
+def rollout_stats(
+    tree: RolloutTree,
+    returns: list[float],
+    credited: torch.Tensor,
+    completion_lengths: list[list[int]],
+    reward_values: dict[int, list[list[float]]],
+) -> RolloutStats:
+    actions = [(tree.nodes[a.node].turn, a.reward, returns[j]) for j, a in enumerate(tree.joint_actions)]
+    return RolloutStats(
+        actions=actions,
+        nodes=[(node.turn, node.terminated) for node in tree.nodes],
+        zero_std_groups=(credited.flatten(0, 1).std(dim=1) < 1e-8).tolist() if credited.size(-1) > 1 else [],
+        completion_lengths=completion_lengths,
+        reward_values=reward_values,
+    )
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
+
+
+def _std(values) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def rollout_metrics(
+    stats: list[RolloutStats], num_turns: int, reward_names: list[str], max_completion_length: int
+) -> dict[str, float]:
+    """The logged values, from every process's `RolloutStats`."""
+    actions = [a for s in stats for a in s.actions]
+    nodes = [n for s in stats for n in s.nodes]
+    zero_std = [z for s in stats for z in s.zero_std_groups]
+    rewards = [r for _, r, _ in actions]
+    metrics = {"reward": _mean(rewards), "reward_std": _std(rewards)}
+    if zero_std:
+        metrics["frac_reward_zero_std"] = _mean(zero_std)
+    for t in range(1, num_turns + 1):
+        turn_rewards = [r for turn, r, _ in actions if turn == t]
+        if not turn_rewards:
+            continue
+        metrics[f"turn_{t}/reward_mean"] = _mean(turn_rewards)
+        metrics[f"turn_{t}/reward_std"] = _std(turn_rewards)
+        metrics[f"turn_{t}/expected_return"] = _mean([g for turn, _, g in actions if turn == t])
+        metrics[f"turn_{t}/terminated_frac"] = _mean([done for turn, done in nodes if turn == t])
+        for f, name in enumerate(reward_names):
+            values = [v for s in stats for v in s.reward_values.get(t, [[]] * len(reward_names))[f]]
+            if values:
+                metrics[f"turn_{t}/rewards/{name}/mean"] = _mean(values)
+
+    all_lengths = []
+    for i in range(len(stats[0].completion_lengths)):
+        lengths = [n for s in stats for n in s.completion_lengths[i]]
+        metrics[f"agent_{i}/completions/mean_length"] = _mean(lengths)
+        all_lengths += lengths
+    metrics["completions/mean_length"] = _mean(all_lengths)
+    metrics["completions/min_length"] = float(min(all_lengths))
+    metrics["completions/max_length"] = float(max(all_lengths))
+    metrics["completions/clipped_ratio"] = _mean([n >= max_completion_length for n in all_lengths])
+    return metrics
