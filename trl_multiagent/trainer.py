@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase
 from transformers.trainer import TRAINING_ARGS_NAME
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
@@ -27,6 +27,7 @@ from .config import MAGRPOConfig
 from .credit import group_advantages
 from .metrics import rollout_metrics, rollout_stats
 from .rollout import Generation, RolloutTree, run_rollout
+from .assembly import build_team, plan_team
 from .team import AgentTeam
 
 PLACEHOLDER_ANSWER = "placeholder answer"
@@ -105,9 +106,9 @@ class MAGRPOTrainer(GRPOTrainer):
             )
 
         # Everything that can be checked without loading a model is checked first.
-        specs = _agent_specs(agents, model, num_agents)
-        n = len(specs)
-        tokenizers = _tokenizer_list(tokenizer if tokenizer is not None else processing_class, n)
+        plan = plan_team(agents, model, num_agents, tokenizer if tokenizer is not None else processing_class,
+                         peft_config, args.trainable_agents)  # fmt: skip
+        n = plan.num_agents
         if reward_func is not None and reward_funcs is not None:
             raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
         funcs = reward_funcs if reward_funcs is not None else reward_func
@@ -133,29 +134,9 @@ class MAGRPOTrainer(GRPOTrainer):
             Transition(external_transition, n, conversational) if external_transition is not None else None
         )
 
-        peft_configs = _peft_config_list(peft_config, n)
-        trainable = list(range(n)) if args.trainable_agents is None else list(args.trainable_agents)
-        if any(not 0 <= i < n for i in trainable):
-            raise ValueError(f"MAGRPOConfig.trainable_agents={trainable} names agents outside 0..{n - 1}.")
-        shared_base = peft_configs is not None and model is not None
-        if shared_base:
-            specs = specs[:1]  # one base model; the agents are its adapters
-        agent_models = [_load_agent(spec, args) for spec in specs]
-        if tokenizers is None:
-            tokenizers = [AutoTokenizer.from_pretrained(m.config._name_or_path) for m in agent_models] * (
-                n if shared_base else 1
-            )
-        self.tokenizers = tokenizers
-        self.agent_eos_token_ids = [
-            _prepare_tokenizer_and_model(t, agent_models[0 if shared_base else i]) for i, t in enumerate(tokenizers)
-        ]
-        self.team = _build_team(agent_models, peft_configs, shared_base)
-        self.num_agents = n
-        self.trainable_agents = trainable
-        for i in range(n):
-            if i not in trainable:
-                for p in self.team.agent_parameters(i):
-                    p.requires_grad_(False)
+        built = build_team(plan, args.model_init_kwargs)
+        self.team, self.tokenizers, self.agent_eos_token_ids = built.team, built.tokenizers, built.eos_token_ids
+        self.num_agents, self.trainable_agents = n, plan.trainable
 
         # GRPOTrainer would build a reference model from a hub id; each agent's reference is built below instead.
         beta, args.beta = args.beta, 0.0
@@ -166,7 +147,7 @@ class MAGRPOTrainer(GRPOTrainer):
                 args=args,
                 train_dataset=train_dataset,
                 eval_dataset=eval_dataset,
-                processing_class=tokenizers[0],
+                processing_class=self.tokenizers[0],
                 callbacks=callbacks,
                 optimizers=optimizers,
             )
@@ -546,94 +527,6 @@ class MAGRPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- module helpers
-
-
-def _agent_specs(agents, model, num_agents) -> list:
-    if agents is not None and model is not None:
-        raise ValueError("MAGRPOTrainer: pass `agents=[...]` or `model=` with `num_agents=`, not both.")
-    if agents is not None:
-        if num_agents is not None and num_agents != len(agents):
-            raise ValueError(f"MAGRPOTrainer: num_agents={num_agents} but {len(agents)} agents were given.")
-        specs = list(agents)
-    elif model is not None:
-        if num_agents is None:
-            raise ValueError("MAGRPOTrainer: `model=` needs `num_agents=` (or pass `agents=[...]`).")
-        # Homogeneous agents start from the same weights but train separately.
-        specs = [model] + [model if isinstance(model, str) else _Copy(model) for _ in range(num_agents - 1)]
-    else:
-        raise ValueError("MAGRPOTrainer needs `agents=[model, ...]` or `model=` with `num_agents=`.")
-    if not specs:
-        raise ValueError("MAGRPOTrainer: `agents` is empty.")
-    return specs
-
-
-class _Copy:
-    """Marks an agent to be built as a copy of an in-memory model, once the other checks have passed."""
-
-    def __init__(self, model):
-        self.model = model
-
-
-def _peft_config_list(peft_config, num_agents: int) -> list | None:
-    if peft_config is None:
-        return None
-    configs = list(peft_config) if isinstance(peft_config, (list, tuple)) else [peft_config] * num_agents
-    if len(configs) != num_agents:
-        raise ValueError(f"MAGRPOTrainer got {len(configs)} peft_configs for {num_agents} agents; pass one or one each.")
-    return configs
-
-
-def _build_team(models: list, peft_configs: list | None, shared_base: bool) -> AgentTeam:
-    """Separate models (optionally each wrapped with its own adapter), or one base with an adapter per agent."""
-    if peft_configs is None:
-        return AgentTeam(models)
-    from peft import get_peft_model
-
-    if not shared_base:
-        return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs)])
-    names = [f"agent_{i}" for i in range(len(peft_configs))]
-    peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
-    for name, config in zip(names[1:], peft_configs[1:]):
-        peft_model.add_adapter(name, config)
-    # Every adapter trains at once; PEFT leaves only the active one trainable.
-    for param_name, param in peft_model.named_parameters():
-        if any(f".{name}." in param_name for name in names):
-            param.requires_grad_(True)
-    return AgentTeam.shared_base(peft_model, names)
-
-
-def _load_agent(spec, args: MAGRPOConfig) -> torch.nn.Module:
-    if isinstance(spec, _Copy):
-        return copy.deepcopy(spec.model)
-    if isinstance(spec, str):
-        return AutoModelForCausalLM.from_pretrained(spec, **(args.model_init_kwargs or {}))
-    if isinstance(spec, torch.nn.Module):
-        return spec
-    raise TypeError(f"MAGRPOTrainer: an agent must be a model or a model id, got {type(spec).__name__}.")
-
-
-def _tokenizer_list(tokenizer, num_agents: int) -> list | None:
-    if tokenizer is None:
-        return None
-    if isinstance(tokenizer, (list, tuple)):
-        if len(tokenizer) != num_agents:
-            raise ValueError(
-                f"MAGRPOTrainer got {len(tokenizer)} tokenizers for {num_agents} agents; pass one tokenizer for all "
-                "agents or exactly one per agent."
-            )
-        return list(tokenizer)
-    return [tokenizer] * num_agents
-
-
-def _prepare_tokenizer_and_model(tokenizer, model) -> list[int]:
-    """Give the tokenizer a pad token, mirror it on the model, and return every id that ends a completion."""
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    eos = model.generation_config.eos_token_id
-    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    return eos if tokenizer.eos_token_id in eos else [tokenizer.eos_token_id, *eos]
 
 
 def _is_conversational_dataset(dataset) -> bool:
