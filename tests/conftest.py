@@ -1,5 +1,5 @@
-import math
 import os
+import sys
 
 import pytest
 
@@ -8,32 +8,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from tiny import make_model, make_tokenizer  # noqa: E402
 
-SEED_PROMPTS = [
-    "Describe a city in the clouds:",
-    "Invent a new holiday and explain it:",
-    "Write a bedtime story for a dragon:",
-    "Design a playground on Mars:",
-]
-
-
-def length_ratio_reward(completions1, completions2):
-    rewards = []
-    for first, second in zip(completions1, completions2):
-        ratio = len(second) / max(len(first), 1)
-        distance = 0.0 if 2 <= ratio <= 3 else min(abs(ratio - 2), abs(ratio - 3))
-        rewards.append(math.exp(-distance))
-    return rewards
-
-
-def length_feedback(prompt, agent_completions, num_agents, **history):
-    lengths = [len(text) for text in agent_completions]
-    ratio = lengths[1] / max(lengths[0], 1)
-    return [
-        f"{prompt}\n\nYour last answer had {lengths[i]} characters. "
-        f"The second answer was {ratio:.1f} times as long as the first; "
-        "the goal is 2 to 3 times. Please write an improved answer."
-        for i in range(num_agents)
-    ]
+# The seed's prompts, joint reward and transition, as the recipe ships them.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
+from length_ratio import PROMPTS as SEED_PROMPTS  # noqa: E402
+from length_ratio import length_feedback, length_ratio_reward  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")
