@@ -169,3 +169,31 @@ def test_evaluation_rollouts(tmp_path, tokenizer):
     assert first["eval_turn_1/reward_mean"] == second["eval_turn_1/reward_mean"]
     assert first["eval_turn_2/reward_mean"] == second["eval_turn_2/reward_mean"]
     assert first["eval_turn_1/reward_mean"] == evals[-1]["eval_turn_1/reward_mean"]
+
+
+def test_length_chunked_logps_equal_padded_logps(tmp_path, tokenizer):
+    """Sorting rows by length and trimming shared padding changes no log-prob or entropy (beyond float rounding)."""
+    from trl import GRPOTrainer
+
+    from trl_multiagent.batching import agent_rows, length_chunks
+
+    trainer = MAGRPOTrainer(agents=team(tokenizer, n=1), tokenizer=tokenizer, reward_func=lambda c: [0.0] * len(c),
+                            train_dataset=dataset(), args=config(tmp_path))  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (3, 30, 5, 28, 12, 2)]
+    completions = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (8, 1, 4, 8, 2, 6)]
+    rows = agent_rows(prompts, completions, torch.zeros(6), tokenizer.pad_token_id)
+    ids = torch.cat([rows["prompt_ids"], rows["completion_ids"]], 1)
+    mask = torch.cat([rows["prompt_mask"], rows["completion_mask"]], 1)
+    chunks = length_chunks(mask, 8, chunk_rows=2)
+    # real lengths 11, 31, 9, 36, 14, 8: sorted, in pairs
+    assert [c[0].tolist() for c in chunks] == [[5, 2], [0, 4], [1, 3]]
+    # first column after the padding the pair shares (prompt width 30), and the pair's longest completion
+    assert [(c[1], c[2]) for c in chunks] == [(25, 6), (18, 8), (0, 8)]
+    model = trainer.team.agent(0)
+    with torch.no_grad(), trainer.team.acting(0):
+        ours = trainer._get_per_token_logps_and_entropies(trainer.team, ids, mask, 8, batch_size=2, compute_entropy=True)
+        padded = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, 8, compute_entropy=True)
+    completion_mask = rows["completion_mask"].bool()
+    torch.testing.assert_close(ours[0][completion_mask], padded[0][completion_mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours[1][completion_mask], padded[1][completion_mask], rtol=1e-5, atol=1e-5)

@@ -80,24 +80,21 @@ def trim(batch: dict) -> dict:
     return out
 
 
-def split_micro_batches(
-    agent_batches: list[dict], num_chunks: int, rows_per_agent: list[int] | None = None, generator=None
-) -> list[list[dict]]:
+def split_micro_batches(agent_batches: list[dict], num_chunks: int, generator=None) -> list[list[dict]]:
     """Shuffle each agent's rows and cut them into `num_chunks` micro-batches.
 
     Every micro-batch gets rows of every agent, the same number per agent in every micro-batch (inert rows pad the
-    rest, see `pad_rows`). `rows_per_agent` lets distributed training pad to the largest count across processes.
+    rest, see `pad_rows`).
 
     Returns:
         ``micro_batches[s][agent]``: a trimmed row dict.
     """
     micro_batches = [[] for _ in range(num_chunks)]
-    for i, batch in enumerate(agent_batches):
+    for batch in agent_batches:
         n = _rows(batch)
         order = torch.randperm(n, generator=generator)
         shuffled = {k: v[order] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}
-        target = max(n, rows_per_agent[i] if rows_per_agent else 0)
-        target = -(-target // num_chunks) * num_chunks
+        target = -(-n // num_chunks) * num_chunks
         padded = pad_rows(shuffled, target)
         size = target // num_chunks
         for s in range(num_chunks):
@@ -107,3 +104,23 @@ def split_micro_batches(
             }
             micro_batches[s].append(trim(chunk))
     return micro_batches
+
+
+def length_chunks(attention_mask: torch.Tensor, logits_to_keep: int, chunk_rows: int) -> list[tuple[torch.Tensor, int, int]]:
+    """Rows sorted by length and cut into chunks of `chunk_rows`, each with the padding its rows share removed.
+
+    `attention_mask` is ``(rows, prompt + completion)``, prompts left-padded and completions right-padded. Returns, per
+    chunk, ``(row indices, first column to keep, completion columns to keep)``. The number of chunks depends on the
+    row count alone, so processes with equal row counts run the same number of forwards (as ZeRO-3 requires).
+    """
+    prompt_width = attention_mask.size(1) - logits_to_keep
+    prompt_start = attention_mask[:, :prompt_width].int().argmax(dim=1)  # first real prompt token (left padding)
+    prompt_start[attention_mask[:, :prompt_width].sum(1) == 0] = prompt_width
+    completion_len = attention_mask[:, prompt_width:].sum(dim=1)
+    order = torch.argsort((prompt_width - prompt_start) + completion_len, stable=True)
+    chunks = []
+    for begin in range(0, len(order), chunk_rows):
+        rows = order[begin : begin + chunk_rows]
+        keep = max(int(completion_len[rows].max()), 1)  # TRL slices with -logits_to_keep, which must not be 0
+        chunks.append((rows, int(prompt_start[rows].min()), keep))
+    return chunks

@@ -21,7 +21,7 @@ from trl.models.utils import _unwrap_model_for_generation, disable_gradient_chec
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint
-from .batching import agent_rows, split_micro_batches
+from .batching import agent_rows, length_chunks, pad_rows, split_micro_batches
 from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
@@ -348,7 +348,10 @@ class MAGRPOTrainer(GRPOTrainer):
         credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
         advantages = group_advantages(credited.flatten(0, 1), self.scale_rewards).view_as(credited)
 
-        agent_batches = []
+        # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
+        # the micro-batches run the same forwards everywhere.
+        rows_per_agent = self._rows_per_agent(len(tree.nodes) * k)
+        agent_batches, tokens = [], 0
         for i in range(self.num_agents):
             prompt_ids = [node.prompt_ids[i] for node in tree.nodes for _ in range(k)]
             completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[i]]
@@ -359,11 +362,13 @@ class MAGRPOTrainer(GRPOTrainer):
             if self.mask_truncated_completions:
                 ends_with_eos = [ids[-1] in self.agent_eos_token_ids[i] for ids in completion_ids]
                 batch["completion_mask"] *= torch.tensor(ends_with_eos, device=batch["completion_mask"].device)[:, None]
+            tokens += int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
+            batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
             agent_batches.append(batch)
 
-        self._log_rollout_metrics(mode, tree, returns, credited, agent_batches)
+        self._log_rollout_metrics(mode, tree, returns, credited, tokens)
         return {"agents": agent_batches}
 
     @torch.no_grad()
@@ -394,14 +399,13 @@ class MAGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ metrics
 
-    def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, agent_batches) -> None:
+    def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
         lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]
         stats = gather_object([rollout_stats(tree, returns, credited, lengths, self._reward_values)])
         metrics = rollout_metrics(stats, self.args.num_turns, self.joint_reward.names, self.max_completion_length)
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
 
-        tokens = sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum()) for b in agent_batches)
         if mode == "train":
             tokens = torch.tensor(tokens, device=self.accelerator.device)
             self.state.num_input_tokens_seen += int(self.accelerator.gather(tokens).sum())
@@ -414,6 +418,35 @@ class MAGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ training step
 
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):  # fmt: skip
+        """GRPOTrainer's, on rows sorted by length in chunks trimmed of their shared padding.
+
+        Tree rows differ a lot in length (second-turn prompts carry the feedback), so padding every row to the longest
+        wastes compute. Rotary position embeddings make the trim exact up to float rounding.
+        """
+        if compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )  # fmt: skip
+        prompt_width = input_ids.size(1) - logits_to_keep
+        chunk_rows = batch_size or self.args.per_device_train_batch_size
+        logps, entropies, rows = [], [], []
+        for chunk, start, keep in length_chunks(attention_mask, logits_to_keep, chunk_rows):
+            columns = slice(start, prompt_width + keep)
+            chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
+                model, input_ids[chunk, columns], attention_mask[chunk, columns], keep, compute_entropy=compute_entropy
+            )
+            logps.append(torch.nn.functional.pad(chunk_logps, (0, logits_to_keep - keep)))
+            if compute_entropy:
+                entropies.append(torch.nn.functional.pad(chunk_entropies, (0, logits_to_keep - keep)))
+            rows.append(chunk)
+        inverse = torch.argsort(torch.cat(rows))
+        return torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if compute_entropy else None, None
+
     def _prepare_inputs(self, generation_batch):
         """As GRPOTrainer's, but each agent's rows are split so that every micro-batch holds every agent."""
         start = time.perf_counter()
@@ -422,9 +455,7 @@ class MAGRPOTrainer(GRPOTrainer):
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             agent_batches = self._generate_and_score_completions(generation_batch)["agents"]
-            self._buffered_inputs = split_micro_batches(
-                agent_batches, self.args.steps_per_generation, self._rows_per_agent(agent_batches)
-            )
+            self._buffered_inputs = split_micro_batches(agent_batches, self.args.steps_per_generation)
         micro_batch = self._buffered_inputs[self._step % self.args.steps_per_generation]
         self._rollout_seconds = time.perf_counter() - start
         self._micro_batch_tokens = sum(
@@ -448,12 +479,12 @@ class MAGRPOTrainer(GRPOTrainer):
             self._update_seconds, self._update_tokens = 0.0, 0
         return loss
 
-    def _rows_per_agent(self, agent_batches: list[dict]) -> list[int] | None:
-        """Largest row count of each agent across processes, so every process runs the same forwards."""
+    def _rows_per_agent(self, rows: int) -> int:
+        """The largest row count of an agent on any process (every agent has the same count: K per node)."""
         if self.accelerator.num_processes == 1:
-            return None
-        counts = torch.tensor([b["prompt_ids"].size(0) for b in agent_batches], device=self.accelerator.device)
-        return self.accelerator.reduce(counts, reduction="max").tolist()
+            return rows
+        count = torch.tensor([rows], device=self.accelerator.device)
+        return int(self.accelerator.reduce(count, reduction="max").item())
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed.
