@@ -181,3 +181,14 @@ def test_recipe_under_accelerate_launch(tmp_path, tiny_model_dir, config, env):
         assert state["ds_config"]["zero_optimization"]["stage"] == 3
     else:
         assert sorted(p.name for p in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
+
+
+def test_zero3_with_kl_reference_matches_ddp(tmp_path):
+    """beta > 0: each agent's frozen reference is sharded like the policy; weights match DDP's."""
+    pytest.importorskip("deepspeed")
+    common = ("--max_steps", 2, "--beta", 0.1)
+    _, (ddp, _) = finished(tmp_path / "ddp", *common)
+    info, (zero3, _) = finished(tmp_path / "zero3", *common, "--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"))
+    kl = [h["kl"] for h in info["log_history"] if "kl" in h]
+    assert kl[0] == 0.0 and kl[1] > 0.0
+    assert_same(zero3, ddp, rtol=1e-5, atol=1e-6)

@@ -17,7 +17,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 from transformers.trainer import TRAINING_ARGS_NAME
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
-from trl.models.utils import _unwrap_model_for_generation, disable_gradient_checkpointing
+from trl.models.utils import _unwrap_model_for_generation, disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint
@@ -178,6 +178,8 @@ class MAGRPOTrainer(GRPOTrainer):
         reference = copy.deepcopy(self.accelerator.unwrap_model(self.model))
         reference.requires_grad_(False)
         reference.eval()
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(reference, self.accelerator)  # sharded like the policy under ZeRO-3
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
 
     def _generation_config(self, tokenizer, eos_token_ids: list[int], mode: str) -> GenerationConfig:

@@ -67,6 +67,7 @@ def main():
     parser.add_argument("--deepspeed", default=None)
     parser.add_argument("--fail_on_rank", type=int, default=-1)
     parser.add_argument("--per_prompt_seed", action="store_true")
+    parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     cli = parser.parse_args()
 
@@ -76,7 +77,7 @@ def main():
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=False, disable_tqdm=True,
-        deepspeed=cli.deepspeed,
+        deepspeed=cli.deepspeed, beta=cli.beta,
         check_functions_before_training=False
     )  # fmt: skip
     rank = int(os.environ.get("RANK", "0"))
