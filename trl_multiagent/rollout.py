@@ -121,7 +121,7 @@ def run_rollout(
             rank stops every rank at once instead of leaving them waiting in a collective. By default: re-raise the
             error, go on while there are live nodes.
     """
-    sync = sync or _local_sync
+    sync = sync or local_sync
     tree = RolloutTree()
     choices = joint_choices(num_agents, num_generations, joint_mode)
     live = []
@@ -175,7 +175,8 @@ def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score
     return next_live
 
 
-def _local_sync(has_live_nodes: bool, error: BaseException | None) -> bool:
+def local_sync(has_live_nodes: bool, error: BaseException | None) -> bool:
+    """`run_rollout`'s end-of-turn rule on one process: re-raise a failure, go on while nodes are live."""
     if error is not None:
         raise error
     return has_live_nodes

@@ -26,7 +26,7 @@ from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .metrics import rollout_metrics, rollout_stats
-from .rollout import Generation, RolloutTree, run_rollout
+from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .assembly import build_team, plan_team
 from .team import AgentTeam
 
@@ -256,7 +256,6 @@ class MAGRPOTrainer(GRPOTrainer):
         # Keep tokens up to and including the first EOS, as GRPOTrainer does.
         first_eos = torch.where(eos.any(1), eos.int().argmax(1), completion.size(1))
         completion_ids = [row[: int(end) + 1].tolist() for row, end in zip(completion, first_eos)]
-        completion_ids = [ids[: self.max_completion_length] for ids in completion_ids]
         if not prompts:
             return Generation([], [], [])
         self._phase_time["generate"] += time.perf_counter() - start
@@ -311,9 +310,7 @@ class MAGRPOTrainer(GRPOTrainer):
     def _sync_turn(self, has_live_nodes: bool, error: BaseException | None) -> bool:
         """End-of-turn agreement across processes: another turn if any process has live nodes; stop all on failure."""
         if self.accelerator.num_processes == 1:
-            if error is not None:
-                raise error
-            return has_live_nodes
+            return local_sync(has_live_nodes, error)
         flags = torch.tensor([int(has_live_nodes), int(error is not None)], device=self.accelerator.device)
         live_anywhere, failures = self.accelerator.reduce(flags, reduction="sum").tolist()
         if failures:
