@@ -122,6 +122,10 @@ def main():
                 "log_history": trainer.state.log_history, "visible_while_generating": visible}  # fmt: skip
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump(info, f)
+    # Tear the process group down before the interpreter does: a gloo thread left running at exit aborts the process
+    # ("terminate called without an active exception").
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
 
 
 if __name__ == "__main__":
