@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "recipes"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from length_ratio import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
+from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
 
 
 def build_model_dir(hidden: int, layers: int) -> str:

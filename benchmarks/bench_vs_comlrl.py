@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import resource
@@ -97,35 +96,10 @@ INSTALL_HINT = (
     "~/.venvs/comlrl/bin/python -m pip install wandb; then pass --comlrl_python ~/.venvs/comlrl/bin/python"
 )
 
-# The seed's prompts, reward and transition, verbatim (recipes/length_ratio.py; tests/test_bench_vs_comlrl.py checks
-# that they still agree). Kept here so that the CoMLRL subprocess does not import trl_multiagent.
-PROMPTS = [
-    "Describe a city in the clouds:",
-    "Invent a new holiday and explain it:",
-    "Write a bedtime story for a dragon:",
-    "Design a playground on Mars:",
-]
-
-
-def length_ratio_reward(completions1, completions2):
-    rewards = []
-    for first, second in zip(completions1, completions2):
-        ratio = len(second) / max(len(first), 1)
-        distance = 0.0 if 2 <= ratio <= 3 else min(abs(ratio - 2), abs(ratio - 3))
-        rewards.append(math.exp(-distance))
-    return rewards
-
-
-def length_feedback(prompt, agent_completions, num_agents, **history):
-    lengths = [len(text) for text in agent_completions]
-    ratio = lengths[1] / max(lengths[0], 1)
-    return [
-        f"{prompt}\n\nYour last answer had {lengths[i]} characters. "
-        f"The second answer was {ratio:.1f} times as long as the first; "
-        "the goal is 2 to 3 times. Please write an improved answer."
-        for i in range(num_agents)
-    ]
-
+# The seed's prompts, reward and transition (recipes/seed_task.py imports nothing from trl_multiagent, so the CoMLRL
+# subprocess can use it too).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes"))
+from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
 
 FEEDBACK_MARKER = "\n\nYour last answer had "  # only turn-2 prompts (written by length_feedback) contain it
 

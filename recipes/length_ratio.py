@@ -44,7 +44,6 @@ agents' mean completion lengths.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -57,12 +56,8 @@ from trl import TrlParser
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.models import prepare_default_model
 
-PROMPTS = [
-    "Describe a city in the clouds:",
-    "Invent a new holiday and explain it:",
-    "Write a bedtime story for a dragon:",
-    "Design a playground on Mars:",
-]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402  (the seed's task, shared)
 
 # The example's MAGRPOConfig values. `max_completion_length` (of which `max_new_tokens` is an alias) carries the 64, so
 # that both `--max_new_tokens` and `--max_completion_length` override it from the command line.
@@ -115,26 +110,6 @@ class ScriptArguments:
 def build_dataset() -> Dataset:
     """The four creative prompts of the example."""
     return Dataset.from_dict({"prompt": list(PROMPTS)})
-
-
-def length_ratio_reward(completions1, completions2):
-    rewards = []
-    for first, second in zip(completions1, completions2):
-        ratio = len(second) / max(len(first), 1)
-        distance = 0.0 if 2 <= ratio <= 3 else min(abs(ratio - 2), abs(ratio - 3))
-        rewards.append(math.exp(-distance))
-    return rewards
-
-
-def length_feedback(prompt, agent_completions, num_agents, **history):
-    lengths = [len(text) for text in agent_completions]
-    ratio = lengths[1] / max(lengths[0], 1)
-    return [
-        f"{prompt}\n\nYour last answer had {lengths[i]} characters. "
-        f"The second answer was {ratio:.1f} times as long as the first; "
-        "the goal is 2 to 3 times. Please write an improved answer."
-        for i in range(num_agents)
-    ]
 
 
 class RecipeParser(TrlParser):

@@ -16,3 +16,15 @@ def test_bench_memory_smoke():
     lines = out.stdout.splitlines()
     assert any("shared base + LoRA" in line for line in lines)
     assert any("separate full models" in line for line in lines)
+
+
+def test_bench_limit_smoke():
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "bench_limit.py"), "--smoke"], capture_output=True, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert "rows per step: 40" in lines  # 1 prompt, K=4: (4 + 16) joint answers x 2 agents
+    assert any(line.startswith("naive batched compute") for line in lines)
+    assert any(line.startswith("ours / naive step time:") for line in lines)

@@ -1,0 +1,32 @@
+"""The seed example's task, with no dependency beyond the standard library: its four prompts, the joint reward and
+the feedback transition. `length_ratio.py`, the benchmarks (whose CoMLRL subprocess must not import
+trl_multiagent) and the tests all use these."""
+
+import math
+
+PROMPTS = [
+    "Describe a city in the clouds:",
+    "Invent a new holiday and explain it:",
+    "Write a bedtime story for a dragon:",
+    "Design a playground on Mars:",
+]
+
+
+def length_ratio_reward(completions1, completions2):
+    rewards = []
+    for first, second in zip(completions1, completions2):
+        ratio = len(second) / max(len(first), 1)
+        distance = 0.0 if 2 <= ratio <= 3 else min(abs(ratio - 2), abs(ratio - 3))
+        rewards.append(math.exp(-distance))
+    return rewards
+
+
+def length_feedback(prompt, agent_completions, num_agents, **history):
+    lengths = [len(text) for text in agent_completions]
+    ratio = lengths[1] / max(lengths[0], 1)
+    return [
+        f"{prompt}\n\nYour last answer had {lengths[i]} characters. "
+        f"The second answer was {ratio:.1f} times as long as the first; "
+        "the goal is 2 to 3 times. Please write an improved answer."
+        for i in range(num_agents)
+    ]
