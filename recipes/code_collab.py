@@ -67,6 +67,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import TrlParser  # noqa: E402
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+from trl_multiagent.plot import last_logged  # noqa: E402
 
 HELPER_NAME = "aux"
 
@@ -575,13 +576,6 @@ def make_parser() -> TrlParser:
     parser = TrlParser((ScriptArguments, MAGRPOConfig))
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
-
-
-def last_logged(log_history: list[dict], key: str) -> float | None:
-    for entry in reversed(log_history):
-        if key in entry:
-            return entry[key]
-    return None
 
 
 def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTrainer:

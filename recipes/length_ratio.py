@@ -54,6 +54,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.plot import last_logged
 from trl_multiagent.models import prepare_default_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -129,14 +130,6 @@ def make_parser() -> TrlParser:
     # HfArgumentParser is an argparse parser: these become the defaults that a `--config` YAML or a flag overrides.
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
-
-
-def last_logged(log_history: list[dict], key: str) -> float | None:
-    """The last value of `key` in `trainer.state.log_history`, or None if it was never logged."""
-    for entry in reversed(log_history):
-        if key in entry:
-            return entry[key]
-    return None
 
 
 def first_logged(log_history: list[dict], key: str) -> float | None:

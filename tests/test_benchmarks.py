@@ -7,24 +7,23 @@ import sys
 BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 
 
-def test_bench_memory_smoke():
+def smoke(script: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "bench_memory.py"), "--smoke"], capture_output=True, text=True,
+        [sys.executable, os.path.join(BENCH, script), "--smoke"], capture_output=True, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
+    return out.stdout.splitlines()
+
+
+def test_bench_memory_smoke():
+    lines = smoke("bench_memory.py")
     assert any("shared base + LoRA" in line for line in lines)
     assert any("separate full models" in line for line in lines)
 
 
 def test_bench_limit_smoke():
-    out = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "bench_limit.py"), "--smoke"], capture_output=True, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
+    lines = smoke("bench_limit.py")
     assert "rows per step: 40" in lines  # 1 prompt, K=4: (4 + 16) joint answers x 2 agents
     assert any(line.startswith("naive batched compute") for line in lines)
     assert any(line.startswith("ours / naive step time:") for line in lines)

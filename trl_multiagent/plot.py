@@ -64,6 +64,14 @@ def load_log_history(run_dir: str | os.PathLike) -> list[dict]:
     return history
 
 
+def last_logged(log_history: list[dict], key: str) -> float | None:
+    """The last value of `key` in a log history, or None if it was never logged."""
+    for entry in reversed(log_history):
+        if key in entry:
+            return entry[key]
+    return None
+
+
 def series(log_history: list[dict], pattern: re.Pattern) -> dict[int, tuple[list[float], list[float]]]:
     """For each index matched by `pattern` (turn or agent), the (steps, values) of the entries that log it."""
     found: dict[int, tuple[list[float], list[float]]] = {}
