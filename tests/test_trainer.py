@@ -185,11 +185,11 @@ def test_length_chunked_logps_equal_padded_logps(tmp_path, tokenizer):
     rows = agent_rows(prompts, completions, torch.zeros(6), tokenizer.pad_token_id)
     ids = torch.cat([rows["prompt_ids"], rows["completion_ids"]], 1)
     mask = torch.cat([rows["prompt_mask"], rows["completion_mask"]], 1)
-    chunks = length_chunks(mask, 8, chunk_rows=2)
-    # real lengths 11, 31, 9, 36, 14, 8: sorted, in pairs
-    assert [c[0].tolist() for c in chunks] == [[5, 2], [0, 4], [1, 3]]
+    chunks = length_chunks(ids, mask, 8, chunk_rows=2)
+    # prompt lengths 3, 30, 5, 28, 12, 2: sorted, in pairs
+    assert [c[0].tolist() for c in chunks] == [[5, 0], [2, 4], [3, 1]]
     # first column after the padding the pair shares (prompt width 30), and the pair's longest completion
-    assert [(c[1], c[2]) for c in chunks] == [(25, 6), (18, 8), (0, 8)]
+    assert [(c[1], c[2]) for c in chunks] == [(27, 8), (18, 4), (0, 8)]
     model = trainer.team.agent(0)
     with torch.no_grad(), trainer.team.acting(0):
         ours = trainer._get_per_token_logps_and_entropies(trainer.team, ids, mask, 8, batch_size=2, compute_entropy=True)

@@ -106,18 +106,38 @@ def split_micro_batches(agent_batches: list[dict], num_chunks: int, generator=No
     return micro_batches
 
 
-def length_chunks(attention_mask: torch.Tensor, logits_to_keep: int, chunk_rows: int) -> list[tuple[torch.Tensor, int, int]]:
+def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distinct prompts of left-padded rows.
+
+    Returns ``(first, group)``: the first row holding each distinct prompt, and each row's index into ``first``.
+    """
+    keys = prompt_ids.masked_fill(prompt_mask == 0, -1)
+    _, group = torch.unique(keys, dim=0, return_inverse=True)
+    rows = torch.arange(len(group), device=group.device)
+    first = torch.full((int(group.max()) + 1,), len(group), device=group.device)
+    return first.scatter_reduce(0, group, rows, reduce="amin"), group
+
+
+def length_chunks(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, chunk_rows: int
+) -> list[tuple[torch.Tensor, int, int]]:
     """Rows sorted by length and cut into chunks of `chunk_rows`, each with the padding its rows share removed.
 
-    `attention_mask` is ``(rows, prompt + completion)``, prompts left-padded and completions right-padded. Returns, per
-    chunk, ``(row indices, first column to keep, completion columns to keep)``. The number of chunks depends on the
-    row count alone, so processes with equal row counts run the same number of forwards (as ZeRO-3 requires).
+    Rows are ordered by prompt length, then prompt (rows that continue the same prompt sit together, so a chunk can
+    run that prompt once), then completion length. `input_ids` and `attention_mask` are ``(rows, prompt +
+    completion)``, prompts left-padded and completions right-padded. Returns, per chunk, ``(row indices, first column
+    to keep, completion columns to keep)``. The number of chunks depends on the row count alone, so processes with
+    equal row counts run the same number of forwards (as ZeRO-3 requires).
     """
     prompt_width = attention_mask.size(1) - logits_to_keep
-    prompt_start = attention_mask[:, :prompt_width].int().argmax(dim=1)  # first real prompt token (left padding)
-    prompt_start[attention_mask[:, :prompt_width].sum(1) == 0] = prompt_width
+    prompt_mask = attention_mask[:, :prompt_width]
+    prompt_start = prompt_mask.int().argmax(dim=1)  # first real prompt token (left padding)
+    prompt_start[prompt_mask.sum(1) == 0] = prompt_width
     completion_len = attention_mask[:, prompt_width:].sum(dim=1)
-    order = torch.argsort((prompt_width - prompt_start) + completion_len, stable=True)
+    _, group = prompt_groups(input_ids[:, :prompt_width], prompt_mask)
+    order = torch.argsort(completion_len, stable=True)
+    for key in (group, prompt_width - prompt_start):  # least significant key first
+        order = order[torch.argsort(key[order], stable=True)]
     chunks = []
     for begin in range(0, len(order), chunk_rows):
         rows = order[begin : begin + chunk_rows]

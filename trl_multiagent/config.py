@@ -47,6 +47,12 @@ class MAGRPOConfig(GRPOConfig):
         check_functions_before_training (`bool`, *optional*, defaults to `True`):
             Call the reward and the transition once on the first training row with placeholder answers when the
             trainer is built, so that a wrong return (count, type, NaN) fails before any generation.
+        share_prompts (`bool`, *optional*, defaults to `True`):
+            Run each distinct prompt through an agent once, and give its keys and values to the K completions that
+            continue it: in the update, in the old/reference log-prob passes and in the prefill of `generate`. The
+            result equals the plain computation up to float rounding. It applies to models whose layers all use full
+            attention (Llama, Qwen2, Mistral without sliding window, ...); other models, and reentrant activation
+            checkpointing, use the plain computation.
 
     On a machine without a GPU, `bf16` defaults to `False` (TRL's `True` would raise there) and `use_cpu` to `True`.
 
@@ -102,6 +108,13 @@ class MAGRPOConfig(GRPOConfig):
         metadata={
             "help": "Call the reward and transition once with placeholder answers when the trainer is built, so "
             "that contract errors surface before any generation."
+        },
+    )
+    share_prompts: bool = field(
+        default=True,
+        metadata={
+            "help": "Run each distinct prompt through an agent once and share its keys and values with the "
+            "completions that continue it (update, log-prob passes, generation prefill). Same result, less compute."
         },
     )
 

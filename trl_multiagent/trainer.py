@@ -26,6 +26,7 @@ from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .metrics import rollout_metrics, rollout_stats
+from .prefix import prefilled_cache, shared_prompt_logps, supports_prompt_sharing
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .assembly import build_team, plan_team
 from .team import AgentTeam
@@ -159,6 +160,7 @@ class MAGRPOTrainer(GRPOTrainer):
         for agent in self.team.agents:
             base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
             add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
+        self.share_prompts = args.share_prompts and all(supports_prompt_sharing(a.config) for a in self.team.agents)
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
@@ -246,9 +248,14 @@ class MAGRPOTrainer(GRPOTrainer):
             self._gathered_for_generation(acting_model),
             torch.no_grad(),
         ):
+            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+            # K rows per prompt: prefill each prompt once. Under ZeRO-3 without gathering, every extra forward would
+            # be a collective that processes must agree on, so the plain prefill is kept there.
+            shared = self.share_prompts and not (self._dist.is_zero3 and not self.args.ds3_gather_for_generation)
             output = acting_model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                cache=prefilled_cache(acting_model, input_ids, attention_mask) if shared else None,
                 generation_config=self.generation_configs["train" if self.model.training else "eval"][agent],
             )
         completion = output[:, input_ids.size(1) :].cpu()
@@ -421,10 +428,12 @@ class MAGRPOTrainer(GRPOTrainer):
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
         compute_aux_loss=False, **multimodal,
     ):  # fmt: skip
-        """GRPOTrainer's, on rows sorted by length in chunks trimmed of their shared padding.
+        """GRPOTrainer's, on rows sorted by length in chunks trimmed of their shared padding; within a chunk, each
+        distinct prompt runs once (`share_prompts`, see `prefix.shared_prompt_logps`).
 
         Tree rows differ a lot in length (second-turn prompts carry the feedback), so padding every row to the longest
-        wastes compute. Rotary position embeddings make the trim exact up to float rounding.
+        wastes compute, and the K rows of a node repeat its prompt. Rotary position embeddings make both exact up to
+        float rounding.
         """
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
@@ -433,12 +442,26 @@ class MAGRPOTrainer(GRPOTrainer):
             )  # fmt: skip
         prompt_width = input_ids.size(1) - logits_to_keep
         chunk_rows = batch_size or self.args.per_device_train_batch_size
+        # Reentrant checkpointing runs layers without autograd: the shared keys and values would carry no gradient.
+        reentrant = (self.args.gradient_checkpointing_kwargs or {}).get("use_reentrant", False)
+        shared = self.share_prompts and not (
+            torch.is_grad_enabled() and reentrant and self.team.is_gradient_checkpointing
+        )
         logps, entropies, rows = [], [], []
-        for chunk, start, keep in length_chunks(attention_mask, logits_to_keep, chunk_rows):
-            columns = slice(start, prompt_width + keep)
-            chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
-                model, input_ids[chunk, columns], attention_mask[chunk, columns], keep, compute_entropy=compute_entropy
-            )
+        for chunk, start, keep in length_chunks(input_ids, attention_mask, logits_to_keep, chunk_rows):
+            if shared:
+                prompt, completion = slice(start, prompt_width), slice(prompt_width, prompt_width + keep)
+                with self.accelerator.autocast():
+                    chunk_logps, chunk_entropies = shared_prompt_logps(
+                        model, input_ids[chunk, prompt], attention_mask[chunk, prompt], input_ids[chunk, completion],
+                        attention_mask[chunk, completion],
+                    )  # fmt: skip
+            else:
+                columns = slice(start, prompt_width + keep)
+                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
+                    model, input_ids[chunk, columns], attention_mask[chunk, columns], keep,
+                    compute_entropy=compute_entropy,
+                )  # fmt: skip
             logps.append(torch.nn.functional.pad(chunk_logps, (0, logits_to_keep - keep)))
             if compute_entropy:
                 entropies.append(torch.nn.functional.pad(chunk_entropies, (0, logits_to_keep - keep)))

@@ -1,0 +1,126 @@
+"""Rows that share a prompt run that prompt through the model once.
+
+In a rollout tree the K completions of a node continue the same prompt, and second-turn prompts (which carry the
+feedback) are often longer than the completions. Recomputing the prompt for each of the K rows is most of the work of
+the update and of the prefill of `generate`. Here each distinct prompt runs once (all but its last token); its keys
+and values are then indexed out to the rows that continue it, and the rows run only their last prompt token and their
+completion. Gradients flow back through the indexing into the single prompt forward, so the result equals the full
+forward up to float rounding (rotary models: position offsets shared by a row cancel out).
+
+Works with any model whose layers keep a plain key/value cache (full attention). The cache layers below never grow
+when a layer is recomputed, so activation checkpointing (non-reentrant) gives the same gradients.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from .batching import prompt_groups
+
+
+class _RecordingLayer(DynamicLayer):
+    """Keeps the keys and values one layer computes over the distinct prompts; a recompute overwrites them."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.keys, self.values, self.is_initialized = key_states, value_states, True
+        self.device = key_states.device
+        return key_states, value_states
+
+
+class _PrefixLayer(DynamicLayer):
+    """A fixed prefix: `update` returns prefix + new states and stores nothing, so a recompute sees the same keys."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.keys, self.values, self.is_initialized, self.device = keys, values, True, keys.device
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+def supports_prompt_sharing(config) -> bool:
+    """Whether every attention layer of a model with this config keeps a plain, full key/value cache."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types)
+    return getattr(config, "sliding_window", None) is None
+
+
+@contextmanager
+def _cache_through_checkpointing(model: nn.Module):
+    """Checkpointed layers drop the cache argument, since a recompute would grow a normal cache a second time. The
+    caches above never grow on a recompute, so the layers may keep them (transformers' `_can_checkpoint_with_cache`)."""
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._can_checkpoint_with_cache
+
+
+def _prefix_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, first: torch.Tensor):
+    """The distinct prompts without their last column, at least one column wide (a padding column if need be)."""
+    ids, mask = prompt_ids[first, :-1], prompt_mask[first, :-1]
+    if ids.size(1) == 0:  # every prompt is one token: the prefix is a single masked column
+        ids, mask = prompt_ids[first, :1], torch.zeros_like(prompt_mask[first, :1])
+    return ids, mask
+
+
+def shared_prompt_logps(
+    model: nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (and entropies) of the completions, each distinct prompt run once.
+
+    `model` is a causal LM patched with TRL's `add_fused_lm_head` (called with `fused_lm_head=True`, as GRPOTrainer
+    does), or a module that routes to one. Prompts are left-padded, completions right-padded.
+
+    Returns ``(log_probs, entropy)``, each ``(rows, completion columns)``; ``entropy`` is None when the fused head does
+    not compute it.
+    """
+    first, group = prompt_groups(prompt_ids, prompt_mask)
+    prefix_ids, prefix_mask = _prefix_inputs(prompt_ids, prompt_mask, first)
+    # The rows run their last prompt token (whose output predicts the first completion token) and their completion.
+    input_ids = torch.cat([prompt_ids[:, -1:], completion_ids], dim=1)
+    attention_mask = torch.cat([prefix_mask[group], prompt_mask[:, -1:], completion_mask], dim=1)
+    labels = input_ids.masked_fill(attention_mask[:, -input_ids.size(1) :] == 0, -100)
+    labels[:, 0] = -100
+    with _cache_through_checkpointing(model):
+        recorded = Cache(layer_class_to_replicate=_RecordingLayer)
+        model(input_ids=prefix_ids, attention_mask=prefix_mask, cache=recorded, logits_to_keep=1)
+        prefix = Cache(layers=[_PrefixLayer(layer.keys[group], layer.values[group]) for layer in recorded.layers])
+        out = model(input_ids=input_ids, attention_mask=attention_mask, cache=prefix, labels=labels, fused_lm_head=True)
+    return out.log_probs, out.entropy
+
+
+@torch.no_grad()
+def prefilled_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> DynamicCache | None:
+    """A `generate` cache for left-padded rows, with each distinct prompt prefilled once (all but its last token).
+
+    Pass it to `model.generate(input_ids=input_ids, attention_mask=attention_mask, cache=cache)`: generation starts
+    from the last prompt token, as after a full prefill. None when the prompts are one column wide.
+    """
+    if input_ids.size(1) < 2:
+        return None  # nothing to prefill before the last token
+    first, group = prompt_groups(input_ids, attention_mask)
+    prefix_ids, prefix_mask = _prefix_inputs(input_ids, attention_mask, first)
+    # The positions `generate` gives a left-padded prompt: counted from its first real token.
+    position_ids = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids, cache=cache, use_cache=True,
+          logits_to_keep=1)  # fmt: skip
+    cache.batch_select_indices(group)
+    return cache
