@@ -14,10 +14,11 @@ when a layer is recomputed, so activation checkpointing (non-reentrant) gives th
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .batching import prompt_groups
@@ -41,6 +42,38 @@ class _PrefixLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+class _GrowingLayer(DynamicLayer):
+    """Keys and values in a buffer with room to grow: a decoding step writes its position in place, where
+    DynamicLayer copies the whole cache (`torch.cat`) at every step, a fifth of CPU generation time on small models."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            shape = (*key_states.shape[:2], self.capacity, key_states.size(-1))
+            self._keys, self._values = key_states.new_empty(shape), value_states.new_empty(shape)
+            self.is_initialized, self.device = True, key_states.device
+        end = self.length + key_states.size(-2)
+        if end > self._keys.size(-2):  # past the planned capacity: grow (never happens within `generate`)
+            self._keys = torch.cat([self._keys, torch.empty_like(self._keys)], dim=-2)
+            self._values = torch.cat([self._values, torch.empty_like(self._values)], dim=-2)
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.batch_select_indices(torch.arange(self._keys.size(0), device=self.device).repeat_interleave(repeats))
 
 
 def supports_prompt_sharing(config) -> bool:
@@ -107,19 +140,19 @@ def shared_prompt_logps(
 
 
 @torch.no_grad()
-def prefilled_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> DynamicCache | None:
+def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> Cache:
     """A `generate` cache for left-padded rows, with each distinct prompt prefilled once (all but its last token).
 
     Pass it to `model.generate(input_ids=input_ids, attention_mask=attention_mask, cache=cache)`: generation starts
-    from the last prompt token, as after a full prefill. None when the prompts are one column wide.
+    from the last prompt token, as after a full prefill. The cache has room for `max_new_tokens` more positions.
     """
+    cache = Cache(layer_class_to_replicate=partial(_GrowingLayer, input_ids.size(1) + max_new_tokens))
     if input_ids.size(1) < 2:
-        return None  # nothing to prefill before the last token
+        return cache  # nothing to prefill before the last token
     first, group = prompt_groups(input_ids, attention_mask)
     prefix_ids, prefix_mask = _prefix_inputs(input_ids, attention_mask, first)
     # The positions `generate` gives a left-padded prompt: counted from its first real token.
     position_ids = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
     model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids, cache=cache, use_cache=True,
           logits_to_keep=1)  # fmt: skip
     cache.batch_select_indices(group)

@@ -17,7 +17,13 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 from transformers.trainer import TRAINING_ARGS_NAME
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
-from trl.models.utils import _unwrap_model_for_generation, disable_gradient_checkpointing, prepare_deepspeed
+from trl.models.utils import (
+    _unwrap_model_for_generation,
+    add_hooks,
+    disable_gradient_checkpointing,
+    prepare_deepspeed,
+    remove_hooks,
+)
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint
@@ -255,7 +261,7 @@ class MAGRPOTrainer(GRPOTrainer):
             output = acting_model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                cache=prefilled_cache(acting_model, input_ids, attention_mask) if shared else None,
+                cache=prefilled_cache(acting_model, input_ids, attention_mask, self.max_completion_length) if shared else None,
                 generation_config=self.generation_configs["train" if self.model.training else "eval"][agent],
             )
         completion = output[:, input_ids.size(1) :].cpu()
@@ -270,13 +276,22 @@ class MAGRPOTrainer(GRPOTrainer):
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
         return Generation(prompt_ids, completion_ids, texts)
 
+    @contextlib.contextmanager
     def _gathered_for_generation(self, agent: torch.nn.Module):
         """Under ZeRO-3, gather the full weights of the generating agent only: the peak is one agent, not the team."""
         if not (self._dist.is_zero3 and self.args.ds3_gather_for_generation):
-            return contextlib.nullcontext()
+            yield
+            return
         import deepspeed
 
-        return deepspeed.zero.GatheredParameters(list(agent.parameters()))
+        with deepspeed.zero.GatheredParameters(list(agent.parameters())):
+            # ZeRO-3's module hooks would release the gathered weights after the first forward (as TRL's own
+            # generation context does, they are removed while generating).
+            remove_hooks(self.model_wrapped)
+            try:
+                yield
+            finally:
+                add_hooks(self.model_wrapped)
 
     def _reward_keywords(self, rows: list[dict], prompts: list[list], turn: int) -> dict[str, Any]:
         """Keywords a joint reward may take: per-agent prompts, the dataset columns, and the trainer state."""

@@ -95,8 +95,9 @@ def main():
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,
     )  # fmt: skip
     state = trainer.accelerator.state
-    # Records, at each generate call, how many parameter elements of the generating agent and of the other agents
-    # are materialised on this rank (ZeRO-3 keeps partitioned parameters as empty tensors).
+    # Records, at each generate call, how many parameter elements of the generating agent (when it starts and when it
+    # ends) and of the other agents are materialised on this rank (ZeRO-3 keeps partitioned parameters as empty
+    # tensors).
     visible = []
     for i, agent in enumerate(trainer.team.agents):
         others = [a for j, a in enumerate(trainer.team.agents) if j != i]
@@ -104,8 +105,9 @@ def main():
         def recording_generate(*a, _agent=agent, _others=others, _generate=agent.generate, **k):
             own = sum(p.numel() for p in _agent.parameters())
             rest = sum(p.numel() for o in _others for p in o.parameters())
-            visible.append([own, rest])
-            return _generate(*a, **k)
+            out = _generate(*a, **k)
+            visible.append([own, rest, sum(p.numel() for p in _agent.parameters())])
+            return out
 
         agent.generate = recording_generate
     trainer.train(resume_from_checkpoint=cli.resume)
