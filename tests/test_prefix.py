@@ -124,7 +124,7 @@ def test_single_token_prompts(tokenizer):
 def test_prefilled_cache_generates_like_a_full_prefill(tokenizer, max_new_tokens, capacity):
     model = make_model(tokenizer, hidden=64).eval()
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (5, 9, 2)]
+    prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (5, 9, 1)]  # one prompt of one token
     ids, mask = left_padded([p for p in prompts for _ in range(3)])
     greedy = dict(max_new_tokens=max_new_tokens, do_sample=False, output_scores=True, return_dict_in_generate=True,
                   pad_token_id=PAD)  # fmt: skip
@@ -135,6 +135,23 @@ def test_prefilled_cache_generates_like_a_full_prefill(tokenizer, max_new_tokens
     assert torch.equal(ours.sequences, plain.sequences)
     for step_ours, step_plain in zip(ours.scores, plain.scores, strict=True):
         torch.testing.assert_close(step_ours, step_plain, rtol=1e-5, atol=1e-5)
+
+
+def test_growing_cache_selects_and_repeats_rows(tokenizer):
+    """The in-place cache keeps its rows right through `batch_select_indices` / `batch_repeat_interleave` and growth."""
+    model = make_model(tokenizer).eval()
+    ids, mask = left_padded([[5, 6, 7], [8, 9, 10]])
+    with torch.no_grad():
+        cache = prefilled_cache(model, ids, mask, 4)  # distinct prompts: rows 0 and 1, 2 prefilled positions
+        keys = cache.layers[0].keys.clone()
+        cache.batch_repeat_interleave(2)
+        torch.testing.assert_close(cache.layers[0].keys, keys[[0, 0, 1, 1]])
+        cache.batch_select_indices(torch.tensor([3, 0]))
+        torch.testing.assert_close(cache.layers[0].keys, keys[[1, 0]])
+        new = torch.randn(2, keys.size(1), 5, keys.size(-1))  # 2 + 5 positions: past the capacity of 3 + 4
+        k, _ = cache.layers[0].update(new, new)
+    torch.testing.assert_close(k, torch.cat([keys[[1, 0]], new], dim=-2))
+    assert cache.get_seq_length() == 7
 
 
 def test_supports_prompt_sharing(tokenizer):

@@ -140,7 +140,9 @@ def shared_prompt_logps(
 
 
 @torch.no_grad()
-def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> Cache:
+def prefilled_cache(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int
+) -> Cache:
     """A `generate` cache for left-padded rows, with each distinct prompt prefilled once (all but its last token).
 
     Pass it to `model.generate(input_ids=input_ids, attention_mask=attention_mask, cache=cache)`: generation starts

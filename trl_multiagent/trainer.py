@@ -256,12 +256,19 @@ class MAGRPOTrainer(GRPOTrainer):
         ):
             input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
             # K rows per prompt: prefill each prompt once. Under ZeRO-3 without gathering, every extra forward would
-            # be a collective that processes must agree on, so the plain prefill is kept there.
-            shared = self.share_prompts and not (self._dist.is_zero3 and not self.args.ds3_gather_for_generation)
+            # be a collective that processes must agree on, so the plain prefill is kept there; a `cache_implementation`
+            # asked for in the config builds its own cache.
+            shared = (
+                self.share_prompts
+                and self.args.cache_implementation is None
+                and not (self._dist.is_zero3 and not self.args.ds3_gather_for_generation)
+            )
+            room = self.max_completion_length
+            cache = prefilled_cache(acting_model, input_ids, attention_mask, room) if shared else None
             output = acting_model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                cache=prefilled_cache(acting_model, input_ids, attention_mask, self.max_completion_length) if shared else None,
+                cache=cache,
                 generation_config=self.generation_configs["train" if self.model.training else "eval"][agent],
             )
         completion = output[:, input_ids.size(1) :].cpu()
