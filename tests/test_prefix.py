@@ -155,11 +155,21 @@ def test_growing_cache_selects_and_repeats_rows(tokenizer):
 
 
 def test_supports_prompt_sharing(tokenizer):
-    assert supports_prompt_sharing(make_model(tokenizer).config)
-    assert supports_prompt_sharing(make_model(tokenizer, arch="qwen2").config)
-    sliding = make_model(tokenizer, arch="qwen2").config
-    sliding.layer_types = ["sliding_attention", "full_attention"]
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    assert supports_prompt_sharing(make_model(tokenizer))
+    assert supports_prompt_sharing(make_model(tokenizer, arch="qwen2"))
+    assert supports_prompt_sharing(get_peft_model(make_model(tokenizer), LoraConfig(r=4, target_modules=["q_proj"])))
+    sliding = make_model(tokenizer, arch="qwen2")
+    sliding.config.layer_types = ["sliding_attention", "full_attention"]
     assert not supports_prompt_sharing(sliding)
+
+    class NoCacheArgument(LlamaForCausalLM):  # a forward written for another transformers version
+        def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+
+    assert not supports_prompt_sharing(NoCacheArgument(make_model(tokenizer).config))
 
 
 def train_one_step(tmp_path, tokenizer, share_prompts):

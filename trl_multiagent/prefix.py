@@ -13,6 +13,7 @@ when a layer is recomputed, so activation checkpointing (non-reentrant) gives th
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from functools import partial
 
@@ -76,9 +77,13 @@ class _GrowingLayer(DynamicLayer):
         self.batch_select_indices(torch.arange(self._keys.size(0), device=self.device).repeat_interleave(repeats))
 
 
-def supports_prompt_sharing(config) -> bool:
-    """Whether every attention layer of a model with this config keeps a plain, full key/value cache."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+def supports_prompt_sharing(model: nn.Module) -> bool:
+    """Whether `model` (a causal LM, or a PEFT model around one) takes a `cache` and every one of its attention layers
+    keeps a plain, full key/value cache."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if "cache" not in inspect.signature(type(base).forward).parameters:
+        return False  # e.g. remote code written for another transformers version
+    config = base.config.get_text_config()
     if getattr(config, "is_encoder_decoder", False):
         return False
     layer_types = getattr(config, "layer_types", None)

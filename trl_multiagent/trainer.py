@@ -166,7 +166,7 @@ class MAGRPOTrainer(GRPOTrainer):
         for agent in self.team.agents:
             base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
             add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
-        self.share_prompts = args.share_prompts and all(supports_prompt_sharing(a.config) for a in self.team.agents)
+        self.share_prompts = args.share_prompts and all(supports_prompt_sharing(a) for a in self.team.agents)
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
