@@ -9,7 +9,13 @@ from trl.trainer.utils import add_fused_lm_head, pad
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.batching import length_chunks, prompt_groups
-from trl_multiagent.prefix import prefilled_cache, shared_prompt_logps, supports_prompt_sharing
+from trl_multiagent.prefix import (
+    prefill_applies,
+    prefilled_cache,
+    shared_prompt_logps,
+    supports_prompt_sharing,
+    uses_reentrant_checkpointing,
+)
 
 PAD = 0
 
@@ -148,10 +154,13 @@ def test_growing_cache_selects_and_repeats_rows(tokenizer):
         torch.testing.assert_close(cache.layers[0].keys, keys[[0, 0, 1, 1]])
         cache.batch_select_indices(torch.tensor([3, 0]))
         torch.testing.assert_close(cache.layers[0].keys, keys[[1, 0]])
-        new = torch.randn(2, keys.size(1), 5, keys.size(-1))  # 2 + 5 positions: past the capacity of 3 + 4
+        new = torch.randn(2, keys.size(1), 6, keys.size(-1))  # 2 + 6 positions: past the capacity of 3 + 4
         k, _ = cache.layers[0].update(new, new)
-    torch.testing.assert_close(k, torch.cat([keys[[1, 0]], new], dim=-2))
-    assert cache.get_seq_length() == 7
+        torch.testing.assert_close(k, torch.cat([keys[[1, 0]], new], dim=-2))
+        assert cache.get_seq_length() == 8
+        cache.layers[0].crop(-3)  # what assisted decoding does: later updates write after the kept positions
+        k, _ = cache.layers[0].update(new[:, :, :1], new[:, :, :1])
+    torch.testing.assert_close(k, torch.cat([keys[[1, 0]], new[:, :, :3], new[:, :, :1]], dim=-2))
 
 
 def test_supports_prompt_sharing(tokenizer):
@@ -161,6 +170,13 @@ def test_supports_prompt_sharing(tokenizer):
     assert supports_prompt_sharing(make_model(tokenizer))
     assert supports_prompt_sharing(make_model(tokenizer, arch="qwen2"))
     assert supports_prompt_sharing(get_peft_model(make_model(tokenizer), LoraConfig(r=4, target_modules=["q_proj"])))
+    from peft import PromptTuningConfig
+
+    prompt_tuned = get_peft_model(make_model(tokenizer), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3))
+    assert not supports_prompt_sharing(prompt_tuned)  # virtual tokens in front of every forward
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    assert not supports_prompt_sharing(GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2)))  # absolute positions
     sliding = make_model(tokenizer, arch="qwen2")
     sliding.config.layer_types = ["sliding_attention", "full_attention"]
     assert not supports_prompt_sharing(sliding)
@@ -172,28 +188,57 @@ def test_supports_prompt_sharing(tokenizer):
     assert not supports_prompt_sharing(NoCacheArgument(make_model(tokenizer).config))
 
 
-def train_one_step(tmp_path, tokenizer, share_prompts):
+def test_reentrant_checkpointing_is_detected(tokenizer):
+    model = make_model(tokenizer)
+    model.train()
+    assert not uses_reentrant_checkpointing(model)
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    assert not uses_reentrant_checkpointing(model)
+    model.gradient_checkpointing_enable({"use_reentrant": True})
+    assert uses_reentrant_checkpointing(model)
+    model.gradient_checkpointing_enable({"preserve_rng_state": True})  # torch then checkpoints reentrantly
+    assert uses_reentrant_checkpointing(model)
+
+
+def test_prefill_applies_only_to_plain_sampling(tokenizer):
+    from transformers import GenerationConfig
+
+    model = make_model(tokenizer)
+    assert prefill_applies(GenerationConfig(do_sample=True, max_new_tokens=4), model)
+    assert not prefill_applies(GenerationConfig(num_beams=2), model)  # generate would expand the rows, not the cache
+    assert not prefill_applies(GenerationConfig(num_return_sequences=2, do_sample=True), model)
+    assert not prefill_applies(GenerationConfig(cache_implementation="static"), model)
+    assert not prefill_applies(GenerationConfig(use_cache=False), model)
+    model.generation_config.cache_implementation = "static"  # unset in the config: the model's value applies
+    assert not prefill_applies(GenerationConfig(do_sample=True), model)
+
+
+def train_one_step(tmp_path, tokenizer, share_prompts, checkpointing=None):
     agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
     args = MAGRPOConfig(
         output_dir=str(tmp_path / f"share_{share_prompts}"), num_generations=4, per_device_train_batch_size=8,
         max_new_tokens=8, max_steps=1, num_turns=2, early_termination_threshold=None, report_to="none", seed=0,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
-        share_prompts=share_prompts, gradient_checkpointing=False,
+        share_prompts=share_prompts, gradient_checkpointing=checkpointing is not None,
+        gradient_checkpointing_kwargs=checkpointing,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
         agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), args=args,
     )  # fmt: skip
+    assert trainer.share_prompts is share_prompts
     before = [{k: v.clone() for k, v in a.state_dict().items()} for a in agents]
     trainer.train()
     steps = [{k: a.state_dict()[k] - v for k, v in b.items()} for a, b in zip(agents, before)]
     return trainer.state.log_history[0], steps
 
 
-def test_training_step_with_shared_prompts_equals_plain_step(tmp_path, tokenizer):
-    """Two agents, two turns, full tree: same rewards, loss and SGD weight updates with and without sharing."""
-    plain_log, plain_steps = train_one_step(tmp_path, tokenizer, share_prompts=False)
-    shared_log, shared_steps = train_one_step(tmp_path, tokenizer, share_prompts=True)
+@pytest.mark.parametrize("checkpointing", [None, {"use_reentrant": False}, {"use_reentrant": True}])
+def test_training_step_with_shared_prompts_equals_plain_step(tmp_path, tokenizer, checkpointing):
+    """Two agents, two turns, full tree: same rewards, loss and SGD weight updates with and without sharing (under
+    reentrant checkpointing, which would drop the shared keys' gradient, the trainer computes plainly)."""
+    plain_log, plain_steps = train_one_step(tmp_path, tokenizer, False, checkpointing)
+    shared_log, shared_steps = train_one_step(tmp_path, tokenizer, True, checkpointing)
     for key in ("turn_1/reward_mean", "turn_2/reward_mean", "completions/mean_length"):
         assert shared_log[key] == pytest.approx(plain_log[key], abs=1e-6), key  # the same rollout
     assert shared_log["loss"] == pytest.approx(plain_log["loss"], rel=1e-4, abs=1e-6)

@@ -119,25 +119,31 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
 
 
 def length_chunks(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, chunk_rows: int
-) -> list[tuple[torch.Tensor, int, int]]:
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, chunk_rows: int,
+    group_prompts: bool = True,
+) -> list[tuple[torch.Tensor, int, int]]:  # fmt: skip
     """Rows sorted by length and cut into chunks of `chunk_rows`, each with the padding its rows share removed.
 
-    Rows are ordered by prompt length, then prompt (rows that continue the same prompt sit together, so a chunk can
-    run that prompt once), then completion length. `input_ids` and `attention_mask` are ``(rows, prompt +
-    completion)``, prompts left-padded and completions right-padded. Returns, per chunk, ``(row indices, first column
-    to keep, completion columns to keep)``. The number of chunks depends on the row count alone, so processes with
-    equal row counts run the same number of forwards (as ZeRO-3 requires).
+    With `group_prompts`, rows are ordered by prompt length, then prompt (rows that continue the same prompt sit
+    together, so a chunk can run that prompt once), then completion length; without, by total length.
+    `input_ids` and `attention_mask` are ``(rows, prompt + completion)``, prompts left-padded and completions
+    right-padded. Returns, per chunk, ``(row indices, first column to keep, completion columns to keep)``. The number
+    of chunks depends on the row count alone, so processes with equal row counts run the same number of forwards (as
+    ZeRO-3 requires).
     """
     prompt_width = attention_mask.size(1) - logits_to_keep
     prompt_mask = attention_mask[:, :prompt_width]
     prompt_start = prompt_mask.int().argmax(dim=1)  # first real prompt token (left padding)
     prompt_start[prompt_mask.sum(1) == 0] = prompt_width
     completion_len = attention_mask[:, prompt_width:].sum(dim=1)
-    _, group = prompt_groups(input_ids[:, :prompt_width], prompt_mask)
-    order = torch.argsort(completion_len, stable=True)
-    for key in (group, prompt_width - prompt_start):  # least significant key first
-        order = order[torch.argsort(key[order], stable=True)]
+    prompt_len = prompt_width - prompt_start
+    if group_prompts:
+        _, group = prompt_groups(input_ids[:, :prompt_width], prompt_mask)
+        order = torch.argsort(completion_len, stable=True)
+        for key in (group, prompt_len):  # least significant key first
+            order = order[torch.argsort(key[order], stable=True)]
+    else:
+        order = torch.argsort(prompt_len + completion_len, stable=True)
     chunks = []
     for begin in range(0, len(order), chunk_rows):
         rows = order[begin : begin + chunk_rows]

@@ -45,6 +45,12 @@ class _PrefixLayer(DynamicLayer):
         return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
 
 
+def _grown(buffer: torch.Tensor, size: int) -> torch.Tensor:
+    """`buffer` (batch, heads, positions, dim) with room for `size` positions, its content kept."""
+    extra = buffer.new_empty(*buffer.shape[:2], size - buffer.size(-2), buffer.size(-1))
+    return torch.cat([buffer, extra], dim=-2)
+
+
 class _GrowingLayer(DynamicLayer):
     """Keys and values in a buffer with room to grow: a decoding step writes its position in place, where
     DynamicLayer copies the whole cache (`torch.cat`) at every step, a fifth of CPU generation time on small models."""
@@ -59,30 +65,55 @@ class _GrowingLayer(DynamicLayer):
             self._keys, self._values = key_states.new_empty(shape), value_states.new_empty(shape)
             self.is_initialized, self.device = True, key_states.device
         end = self.length + key_states.size(-2)
-        if end > self._keys.size(-2):  # past the planned capacity: grow (never happens within `generate`)
-            self._keys = torch.cat([self._keys, torch.empty_like(self._keys)], dim=-2)
-            self._values = torch.cat([self._values, torch.empty_like(self._values)], dim=-2)
+        if end > self._keys.size(-2):  # past the planned capacity (not within `generate`): grow
+            size = max(end, 2 * self._keys.size(-2))
+            self._keys, self._values = _grown(self._keys, size), _grown(self._values, size)
         self._keys[:, :, self.length : end] = key_states
         self._values[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        self._set_length(end)
         return self.keys, self.values
 
+    def _set_length(self, length: int) -> None:
+        self.length = length
+        self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
+
+    # The row and length operations of a cache act on the buffer, so that later updates stay consistent.
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
             self._keys, self._values = self._keys[indices], self._values[indices]
-            self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+            self._set_length(self.length)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx.to(self.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self.batch_select_indices(torch.arange(self._keys.size(0), device=self.device).repeat_interleave(repeats))
+        if self.is_initialized:
+            self.batch_select_indices(torch.arange(self._keys.size(0), device=self.device).repeat_interleave(repeats))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"_GrowingLayer.crop takes a negative number of tokens to remove, got {tokens_to_remove}.")
+        if self.is_initialized and tokens_to_remove < 0:
+            self._set_length(max(self.length + tokens_to_remove, 0))
+
+    def reset(self) -> None:
+        self.length = 0
+        super().reset()
 
 
 def supports_prompt_sharing(model: nn.Module) -> bool:
-    """Whether `model` (a causal LM, or a PEFT model around one) takes a `cache` and every one of its attention layers
-    keeps a plain, full key/value cache."""
+    """Whether `model` (a causal LM, or a PEFT model around one) is one the shared computation is exact for: rotary
+    position embeddings, a `cache` argument, and a plain, full key/value cache in every attention layer (Llama, Qwen2,
+    Mistral, ... without sliding windows). Others (e.g. GPT-2's absolute positions and its own cache handling) compute
+    plainly."""
+    peft_configs = getattr(model, "peft_config", None) or {}
+    if any(getattr(c, "is_prompt_learning", False) for c in peft_configs.values()):
+        return False  # prompt and prefix tuning put virtual tokens (or their own cache) in front of every forward
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if "cache" not in inspect.signature(type(base).forward).parameters:
         return False  # e.g. remote code written for another transformers version
+    if not any(type(m).__name__.endswith("RotaryEmbedding") for m in base.modules()):
+        return False
     config = base.config.get_text_config()
     if getattr(config, "is_encoder_decoder", False):
         return False
@@ -90,6 +121,37 @@ def supports_prompt_sharing(model: nn.Module) -> bool:
     if layer_types is not None:
         return all(kind == "full_attention" for kind in layer_types)
     return getattr(config, "sliding_window", None) is None
+
+
+def uses_reentrant_checkpointing(model: nn.Module) -> bool:
+    """Whether a layer of `model` is checkpointed reentrantly (layers run without autograd: keys and values shared
+    across forwards would carry no gradient). A checkpoint function whose setting is unknown counts as reentrant."""
+    for layer in model.modules():
+        if isinstance(layer, GradientCheckpointingLayer) and layer.gradient_checkpointing:
+            keywords = getattr(getattr(layer, "_gradient_checkpointing_func", None), "keywords", None)
+            if keywords is None or keywords.get("use_reentrant") is not False:
+                return True
+    return False
+
+
+def prefill_applies(generation_config, model: nn.Module) -> bool:
+    """Whether `generate` with this config takes a prefilled cache as is: one sequence per row, the model's own cache.
+
+    Values left unset in `generation_config` are the model's (as `generate` merges them).
+    """
+
+    def setting(name):
+        value = getattr(generation_config, name, None)
+        return value if value is not None else getattr(model.generation_config, name, None)
+
+    return (
+        setting("cache_implementation") is None
+        and (setting("num_beams") or 1) == 1
+        and (setting("num_return_sequences") or 1) == 1
+        and setting("use_cache") is not False
+        and setting("prompt_lookup_num_tokens") is None
+        and setting("assistant_early_exit") is None
+    )
 
 
 @contextmanager
@@ -131,16 +193,20 @@ def shared_prompt_logps(
     """
     first, group = prompt_groups(prompt_ids, prompt_mask)
     prefix_ids, prefix_mask = _prefix_inputs(prompt_ids, prompt_mask, first)
-    # The rows run their last prompt token (whose output predicts the first completion token) and their completion.
+    # The rows run their last prompt token (whose output predicts the first completion token) and their completion,
+    # at the positions the full forward gives them (not shifted by a padding column in front of one-token prompts).
     input_ids = torch.cat([prompt_ids[:, -1:], completion_ids], dim=1)
     attention_mask = torch.cat([prefix_mask[group], prompt_mask[:, -1:], completion_mask], dim=1)
+    start = prompt_ids.size(1) - 1
+    position_ids = torch.arange(start, start + input_ids.size(1), device=input_ids.device).unsqueeze(0)
     labels = input_ids.masked_fill(attention_mask[:, -input_ids.size(1) :] == 0, -100)
     labels[:, 0] = -100
     with _cache_through_checkpointing(model):
         recorded = Cache(layer_class_to_replicate=_RecordingLayer)
         model(input_ids=prefix_ids, attention_mask=prefix_mask, cache=recorded, logits_to_keep=1)
         prefix = Cache(layers=[_PrefixLayer(layer.keys[group], layer.values[group]) for layer in recorded.layers])
-        out = model(input_ids=input_ids, attention_mask=attention_mask, cache=prefix, labels=labels, fused_lm_head=True)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=prefix,
+                    labels=labels, fused_lm_head=True)  # fmt: skip
     return out.log_probs, out.entropy
 
 

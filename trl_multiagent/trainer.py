@@ -32,7 +32,13 @@ from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .metrics import rollout_metrics, rollout_stats
-from .prefix import prefilled_cache, shared_prompt_logps, supports_prompt_sharing
+from .prefix import (
+    prefill_applies,
+    prefilled_cache,
+    shared_prompt_logps,
+    supports_prompt_sharing,
+    uses_reentrant_checkpointing,
+)
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .assembly import build_team, plan_team
 from .team import AgentTeam
@@ -255,21 +261,18 @@ class MAGRPOTrainer(GRPOTrainer):
             torch.no_grad(),
         ):
             input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+            generation_config = self.generation_configs["train" if self.model.training else "eval"][agent]
             # K rows per prompt: prefill each prompt once. Under ZeRO-3 without gathering, every extra forward would
-            # be a collective that processes must agree on, so the plain prefill is kept there; a `cache_implementation`
-            # asked for in the config builds its own cache.
+            # be a collective that processes must agree on, so the plain prefill is kept there.
             shared = (
                 self.share_prompts
-                and self.args.cache_implementation is None
+                and prefill_applies(generation_config, acting_model)
                 and not (self._dist.is_zero3 and not self.args.ds3_gather_for_generation)
             )
             room = self.max_completion_length
             cache = prefilled_cache(acting_model, input_ids, attention_mask, room) if shared else None
             output = acting_model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                cache=cache,
-                generation_config=self.generation_configs["train" if self.model.training else "eval"][agent],
+                input_ids=input_ids, attention_mask=attention_mask, cache=cache, generation_config=generation_config
             )
         completion = output[:, input_ids.size(1) :].cpu()
         eos = torch.isin(completion, torch.tensor(self.agent_eos_token_ids[agent]))
@@ -464,13 +467,10 @@ class MAGRPOTrainer(GRPOTrainer):
             )  # fmt: skip
         prompt_width = input_ids.size(1) - logits_to_keep
         chunk_rows = batch_size or self.args.per_device_train_batch_size
-        # Reentrant checkpointing runs layers without autograd: the shared keys and values would carry no gradient.
-        reentrant = (self.args.gradient_checkpointing_kwargs or {}).get("use_reentrant", False)
-        shared = self.share_prompts and not (
-            torch.is_grad_enabled() and reentrant and self.team.is_gradient_checkpointing
-        )
+        shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
         logps, entropies, rows = [], [], []
-        for chunk, start, keep in length_chunks(input_ids, attention_mask, logits_to_keep, chunk_rows):
+        chunks = length_chunks(input_ids, attention_mask, logits_to_keep, chunk_rows, group_prompts=shared)
+        for chunk, start, keep in chunks:
             if shared:
                 prompt, completion = slice(start, prompt_width), slice(prompt_width, prompt_width + keep)
                 with self.accelerator.autocast():
