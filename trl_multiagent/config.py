@@ -50,9 +50,10 @@ class MAGRPOConfig(GRPOConfig):
         share_prompts (`bool`, *optional*, defaults to `True`):
             Run each distinct prompt through an agent once, and give its keys and values to the K completions that
             continue it: in the update, in the old/reference log-prob passes and in the prefill of `generate`. The
-            result equals the plain computation up to float rounding. It applies to models whose layers all use full
-            attention (Llama, Qwen2, Mistral without sliding window, ...); other models, and reentrant activation
-            checkpointing, use the plain computation.
+            result equals the plain computation up to float rounding. It applies to rotary models whose layers all
+            use full attention (Llama, Qwen2, Mistral without sliding window, ...); other models, prompt/prefix-tuning
+            adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
+            beams, several sequences per row or a `cache_implementation`.
 
     On a machine without a GPU, `bf16` defaults to `False` (TRL's `True` would raise there) and `use_cpu` to `True`.
 
