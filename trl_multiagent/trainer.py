@@ -58,6 +58,8 @@ class MAGRPOTrainer(GRPOTrainer):
       that goes on; advantages are group-relative returns (`credit`);
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results;
+    - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
+      that continue it (`share_prompts`, as does the prefill of `generate`);
     - `_save` writes `agent_{i}/` folders, and `_load_from_checkpoint` reads them back.
 
     TRL's loss types, clipping, KL, logging, optimizer and accelerate preparation are used unchanged.
