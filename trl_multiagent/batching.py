@@ -12,7 +12,9 @@ import torch
 from trl.trainer.utils import pad
 
 # Keys whose second dimension runs over completion tokens.
-COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps")
+COMPLETION_KEYS = (
+    "completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio",
+)  # fmt: skip
 
 
 def agent_rows(

@@ -9,6 +9,7 @@ import torch
 from trl import GRPOConfig
 
 from .credit import JOINT_MODES
+from .generation.vllm_settings import check_vllm_config
 
 
 def _has_accelerator() -> bool:
@@ -54,6 +55,15 @@ class MAGRPOConfig(GRPOConfig):
             use full attention (Llama, Qwen2, Mistral without sliding window, ...); other models, prompt/prefix-tuning
             adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
             beams, several sequences per row or a `cache_implementation`.
+
+        vllm_server_base_urls (`list[str]` or `None`, *optional*):
+            With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
+            with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
+            `vllm_group_port + i`).
+
+    `use_vllm=True` generates with vLLM: `vllm_mode="colocate"` runs one engine per agent in each training process
+    (one engine with every adapter for a shared-base LoRA team), `"server"` one server per agent. The engines run in
+    the policy's dtype; `vllm_gpu_memory_utilization` is split evenly among a process's engines.
 
     On a machine without a GPU, `bf16` defaults to `False` (TRL's `True` would raise there) and `use_cpu` to `True`.
 
@@ -119,6 +129,14 @@ class MAGRPOConfig(GRPOConfig):
         },
     )
 
+    vllm_server_base_urls: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "vllm_mode='server': one vLLM server URL per agent. None: vllm_server_host with ports "
+            "vllm_server_port + i."
+        },
+    )
+
     def __post_init__(self):
         if not _has_accelerator():
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
@@ -143,6 +161,8 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")
         if self.joint_mode not in JOINT_MODES:
             raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
+        if self.use_vllm:
+            check_vllm_config(self)
         if self.discount < 0:
             raise ValueError(f"MAGRPOConfig: discount must be >= 0, got {self.discount}.")
         # Trees grow from whole prompts on one process: a process's generation batch must hold whole groups.

@@ -29,6 +29,8 @@ class Node:
     prompt_ids: list[list[int]] = field(default_factory=list)  # [agent] token ids of the prompt
     completion_ids: list[list[list[int]]] = field(default_factory=list)  # [agent][k] token ids
     completions: list[list[str]] = field(default_factory=list)  # [agent][k] decoded text
+    # [agent][k] per-token log-probs of the sampler, when it reports them (vLLM): the importance-sampling correction
+    sampling_logps: list[list[list[float]]] = field(default_factory=list)
     joint_actions: list[int] = field(default_factory=list)  # ids of this node's joint actions
     terminated: bool = False  # ended by early termination (mean joint reward above the threshold)
 
@@ -45,11 +47,13 @@ class JointAction:
 
 @dataclass
 class Generation:
-    """What `generate` returns for one agent: per prompt its ids, then K completions per prompt, prompt-major."""
+    """What `generate` returns for one agent: per prompt its ids, then K completions per prompt, prompt-major, and
+    optionally each completion token's log-prob under the distribution it was sampled from."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     completions: list[str]
+    sampling_logps: list[list[float]] | None = None
 
 
 @dataclass
@@ -138,6 +142,8 @@ def run_rollout(
                 span = slice(j * num_generations, (j + 1) * num_generations)
                 node.completion_ids.append(gen.completion_ids[span])
                 node.completions.append(gen.completions[span])
+                if gen.sampling_logps is not None:
+                    node.sampling_logps.append(gen.sampling_logps[span])
 
         new_actions = []
         for n in live:

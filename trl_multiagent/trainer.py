@@ -13,17 +13,11 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
-from transformers import GenerationConfig, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 from transformers.trainer import TRAINING_ARGS_NAME
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
-from trl.models.utils import (
-    _unwrap_model_for_generation,
-    add_hooks,
-    disable_gradient_checkpointing,
-    prepare_deepspeed,
-    remove_hooks,
-)
+from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint
@@ -32,13 +26,10 @@ from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .metrics import rollout_metrics, rollout_stats
-from .prefix import (
-    prefill_applies,
-    prefilled_cache,
-    shared_prompt_logps,
-    supports_prompt_sharing,
-    uses_reentrant_checkpointing,
-)
+from .generation import build_generator
+from .generation.vllm_settings import check_vllm_team
+from .importance import importance_sampling_ratio, sampling_stats
+from .prefix import shared_prompt_logps, supports_prompt_sharing, uses_reentrant_checkpointing
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .assembly import build_team, plan_team
 from .team import AgentTeam
@@ -54,8 +45,9 @@ class MAGRPOTrainer(GRPOTrainer):
 
     - the model is an [`AgentTeam`] of N policies, so one optimizer and one accelerate/DeepSpeed engine hold them all;
     - `_generate_and_score_completions` grows a rollout tree per prompt (`rollout.run_rollout`): each turn, one batched
-      `generate` per agent over every live node, one call of the joint reward, and the transition for each branch
-      that goes on; advantages are group-relative returns (`credit`);
+      generation per agent over every live node (transformers `generate`, or vLLM with `use_vllm=True`: see
+      `generation`), one call of the joint reward, and the transition for each branch that goes on; advantages are
+      group-relative returns (`credit`);
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results;
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
@@ -115,15 +107,15 @@ class MAGRPOTrainer(GRPOTrainer):
         args = args if args is not None else MAGRPOConfig("MAGRPO")
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
-        if args.cast_lm_head_to_fp32 or args.use_vllm or args.sync_ref_model:
-            raise NotImplementedError(
-                "MAGRPOTrainer does not support `cast_lm_head_to_fp32`, `use_vllm` or `sync_ref_model` yet."
-            )
+        if args.cast_lm_head_to_fp32 or args.sync_ref_model:
+            raise NotImplementedError("MAGRPOTrainer does not support `cast_lm_head_to_fp32` or `sync_ref_model` yet.")
 
         # Everything that can be checked without loading a model is checked first.
         plan = plan_team(agents, model, num_agents, tokenizer if tokenizer is not None else processing_class,
                          peft_config, args.trainable_agents)  # fmt: skip
         n = plan.num_agents
+        if args.use_vllm:
+            check_vllm_team(args, n, plan.shared_base, lora=plan.peft_configs is not None)
         if reward_func is not None and reward_funcs is not None:
             raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
         funcs = reward_funcs if reward_funcs is not None else reward_func
@@ -153,8 +145,10 @@ class MAGRPOTrainer(GRPOTrainer):
         self.team, self.tokenizers, self.agent_eos_token_ids = built.team, built.tokenizers, built.eos_token_ids
         self.num_agents, self.trainable_agents = n, plan.trainable
 
-        # GRPOTrainer would build a reference model from a hub id; each agent's reference is built below instead.
+        # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
+        # reference and the team's engines are built below instead.
         beta, args.beta = args.beta, 0.0
+        use_vllm, args.use_vllm = args.use_vllm, False
         try:
             super().__init__(
                 model=self.team,
@@ -167,8 +161,8 @@ class MAGRPOTrainer(GRPOTrainer):
                 optimizers=optimizers,
             )
         finally:
-            args.beta = beta
-        self.beta = beta
+            args.beta, args.use_vllm = beta, use_vllm
+        self.beta, self.use_vllm = beta, use_vllm
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
         del self.team.forward
         for agent in self.team.agents:
@@ -178,11 +172,7 @@ class MAGRPOTrainer(GRPOTrainer):
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
-        # Per agent, for training (sampled, as GRPOTrainer) and evaluation (sampled or greedy, `eval_do_sample`).
-        self.generation_configs = {
-            mode: [self._generation_config(tok, eos, mode) for tok, eos in zip(self.tokenizers, self.agent_eos_token_ids)]
-            for mode in ("train", "eval")
-        }
+        self.generator = build_generator(self)
         self._update_seconds, self._update_tokens = 0.0, 0
         if args.check_functions_before_training and train_dataset is not None:
             self._check_user_functions(next(iter(train_dataset)))
@@ -197,17 +187,6 @@ class MAGRPOTrainer(GRPOTrainer):
         if self.is_deepspeed_enabled:
             return prepare_deepspeed(reference, self.accelerator)  # sharded like the policy under ZeRO-3
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
-
-    def _generation_config(self, tokenizer, eos_token_ids: list[int], mode: str) -> GenerationConfig:
-        kwargs = {
-            **self.generation_kwargs,
-            "pad_token_id": tokenizer.pad_token_id,
-            "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": eos_token_ids,
-        }
-        if mode == "eval" and not self.args.eval_do_sample:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
-        return GenerationConfig(**kwargs, disable_compile=True)
 
     def _check_user_functions(self, row: dict) -> None:
         """Call the reward and the transition once with placeholder answers, before any generation."""
@@ -231,79 +210,15 @@ class MAGRPOTrainer(GRPOTrainer):
             return [f(row) for f in self.formatters]
         return [row["prompt"]] * self.num_agents
 
-    def _tokenize(self, agent: int, prompts: list) -> list[list[int]]:
-        tok = self.tokenizers[agent]
-        if prompts and is_conversational({"prompt": prompts[0]}):
-            out = tok.apply_chat_template(
-                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
-                **self.chat_template_kwargs,
-            )  # fmt: skip
-            return [list(ids) for ids in out["input_ids"]]
-        return tok(text=prompts)["input_ids"]
-
     def _generate(self, agent: int, prompts: list, num_generations: int) -> Generation:
-        """Sample `num_generations` completions for every prompt with one `generate` call."""
-        tok = self.tokenizers[agent]
-        # A process with nothing left to generate still joins the call, so collectives stay in step across processes.
-        prompt_ids = self._tokenize(agent, prompts) if prompts else [[tok.pad_token_id]]
-        repeated = [torch.tensor(ids) for ids in prompt_ids for _ in range(num_generations)]
-        input_ids = pad(repeated, padding_value=tok.pad_token_id, padding_side="left")
-        attention_mask = pad([torch.ones_like(t) for t in repeated], padding_value=0, padding_side="left")
-        device = self.accelerator.device
+        """Sample `num_generations` completions for every prompt with one batched call of the generation backend."""
         start = time.perf_counter()
-        with (
-            _unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=False,  # one agent at a time, below
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as team,
-            team.acting(agent) as acting_model,
-            self._gathered_for_generation(acting_model),
-            torch.no_grad(),
-        ):
-            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-            generation_config = self.generation_configs["train" if self.model.training else "eval"][agent]
-            # K rows per prompt: prefill each prompt once. Under ZeRO-3 without gathering, every extra forward would
-            # be a collective that processes must agree on, so the plain prefill is kept there.
-            shared = (
-                self.share_prompts
-                and prefill_applies(generation_config, acting_model)
-                and not (self._dist.is_zero3 and not self.args.ds3_gather_for_generation)
-            )
-            room = self.max_completion_length
-            cache = prefilled_cache(acting_model, input_ids, attention_mask, room) if shared else None
-            output = acting_model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, cache=cache, generation_config=generation_config
-            )
-        completion = output[:, input_ids.size(1) :].cpu()
-        eos = torch.isin(completion, torch.tensor(self.agent_eos_token_ids[agent]))
-        # Keep tokens up to and including the first EOS, as GRPOTrainer does.
-        first_eos = torch.where(eos.any(1), eos.int().argmax(1), completion.size(1))
-        completion_ids = [row[: int(end) + 1].tolist() for row, end in zip(completion, first_eos)]
-        if not prompts:
-            return Generation([], [], [])
-        self._phase_time["generate"] += time.perf_counter() - start
-        self._generated_tokens += sum(len(c) for c in completion_ids)
-        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
-        return Generation(prompt_ids, completion_ids, texts)
-
-    @contextlib.contextmanager
-    def _gathered_for_generation(self, agent: torch.nn.Module):
-        """Under ZeRO-3, gather the full weights of the generating agent only: the peak is one agent, not the team."""
-        if not (self._dist.is_zero3 and self.args.ds3_gather_for_generation):
-            yield
-            return
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(agent.parameters())):
-            # ZeRO-3's module hooks would release the gathered weights after the first forward (as TRL's own
-            # generation context does, they are removed while generating).
-            remove_hooks(self.model_wrapped)
-            try:
-                yield
-            finally:
-                add_hooks(self.model_wrapped)
+        greedy = not self.model.training and not self.args.eval_do_sample
+        generation = self.generator.generate(agent, prompts, num_generations, greedy)
+        if prompts:
+            self._phase_time["generate"] += time.perf_counter() - start
+            self._generated_tokens += sum(len(c) for c in generation.completion_ids)
+        return generation
 
     def _reward_keywords(self, rows: list[dict], prompts: list[list], turn: int) -> dict[str, Any]:
         """Keywords a joint reward may take: per-agent prompts, the dataset columns, and the trainer state."""
@@ -359,8 +274,11 @@ class MAGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
-        self._phase_time = dict.fromkeys(("generate", "reward", "transition", "logps"), 0.0)
+        self._phase_time = dict.fromkeys(("sync", "generate", "reward", "transition", "logps"), 0.0)
         self._generated_tokens = 0
+        start = time.perf_counter()
+        self.generator.sync_weights(self.state.global_step)  # only after the weights changed
+        self._phase_time["sync"] = time.perf_counter() - start
         # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
         self._reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, self.args.num_turns + 1)}
 
@@ -384,7 +302,7 @@ class MAGRPOTrainer(GRPOTrainer):
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
         rows_per_agent = self._rows_per_agent(len(tree.nodes) * k)
-        agent_batches, tokens = [], 0
+        agent_batches, tokens, sampling = [], 0, []
         for i in range(self.num_agents):
             prompt_ids = [node.prompt_ids[i] for node in tree.nodes for _ in range(k)]
             completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[i]]
@@ -397,11 +315,19 @@ class MAGRPOTrainer(GRPOTrainer):
                 batch["completion_mask"] *= torch.tensor(ends_with_eos, device=batch["completion_mask"].device)[:, None]
             tokens += int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
+            if self._corrects_sampling(i):
+                logps = [torch.tensor(lp) for node in tree.nodes for lp in node.sampling_logps[i]]
+                batch["sampling_per_token_logps"] = pad(logps, padding_value=0.0, padding_side="right").to(
+                    batch["completion_mask"].device
+                )
             batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
+            if self._corrects_sampling(i):
+                sampling.append(self._add_importance_sampling_ratio(batch))
             agent_batches.append(batch)
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
+        self._log_sampling_metrics(mode, sampling)
         return {"agents": agent_batches}
 
     @torch.no_grad()
@@ -419,7 +345,9 @@ class MAGRPOTrainer(GRPOTrainer):
         )  # fmt: skip
         trains = agent in self.trainable_agents
         with disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs):
-            if trains and self.args.gradient_accumulation_steps % generate_every != 0:
+            # As GRPOTrainer: off-policy updates, and vLLM's sampling correction, need the old policy's log-probs.
+            off_policy = self.args.gradient_accumulation_steps % generate_every != 0
+            if trains and (off_policy or self._corrects_sampling(agent)):
                 with self.team.acting(agent):
                     batch["old_per_token_logps"] = logps(self.model)[0]
             if trains and self.beta != 0.0 and self.ref_team is not None:
@@ -430,7 +358,40 @@ class MAGRPOTrainer(GRPOTrainer):
                     batch["ref_per_token_logps"] = logps(self.model)[0]
         self._phase_time["logps"] += time.perf_counter() - start
 
+    def _corrects_sampling(self, agent: int) -> bool:
+        """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
+        return self.use_vllm and self.vllm_importance_sampling_correction and agent in self.trainable_agents
+
+    def _add_importance_sampling_ratio(self, batch: dict) -> dict[str, float]:
+        """`importance_sampling_ratio` for TRL's loss, from the old-policy and the sampler's log-probs."""
+        old, sampled = batch["old_per_token_logps"], batch.pop("sampling_per_token_logps")
+        mask = batch["completion_mask"]
+        ratio = importance_sampling_ratio(
+            old, sampled, mask, self.vllm_importance_sampling_mode, self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
+        )  # fmt: skip
+        batch["importance_sampling_ratio"] = ratio
+        return sampling_stats(old, sampled, mask, ratio)
+
     # ------------------------------------------------------------------ metrics
+
+    def _log_sampling_metrics(self, mode: str, per_agent: list[dict[str, float]]) -> None:
+        """TRL's `sampling/*` metrics over every corrected agent, and `agent_{i}/sampling/*` for each."""
+        if not per_agent:
+            return
+        agents = [i for i in range(self.num_agents) if self._corrects_sampling(i)]
+        gathered = gather_object([per_agent])  # [process][agent] -> stats
+        reduce = {"min": min, "max": max, "mean": lambda values: sum(values) / len(values)}
+        for key in per_agent[0]:
+            how = reduce[key.rsplit("/", 1)[1]]
+            for slot, agent in enumerate(agents):
+                values = [p[slot][key] for p in gathered if p[slot][key] == p[slot][key]]  # NaN: no real token
+                if values:
+                    self._metrics[mode][f"agent_{agent}/sampling/{key}"].append(how(values))
+            values = [p[s][key] for p in gathered for s in range(len(agents)) if p[s][key] == p[s][key]]
+            if values:
+                self._metrics[mode][f"sampling/{key}"].append(how(values))
+
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
         lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]

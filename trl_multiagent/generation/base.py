@@ -1,0 +1,96 @@
+"""The interface every generation backend implements, and what all of them share.
+
+A backend samples K completions for each prompt of one agent in one batched call (`Generator.generate`), and pushes
+the trainer's weights to its engine after an optimizer step (`Generator.sync_weights`). The rollout only sees
+`generate(agent, prompts) -> Generation`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from trl.data_utils import is_conversational
+
+from ..rollout import Generation
+
+
+@dataclass
+class Sampling:
+    """The sampling settings of GRPOConfig, in one place for both backends."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = 0
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+    extra: dict = field(default_factory=dict)  # GRPOConfig.generation_kwargs, passed on to the backend as they are
+
+    @classmethod
+    def from_config(cls, args) -> Sampling:
+        return cls(
+            max_tokens=args.max_completion_length,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+            extra=dict(args.generation_kwargs or {}),
+        )
+
+
+class Generator:
+    """Samples completions for one agent at a time; subclasses implement `_sample` (and `sync_weights`)."""
+
+    def __init__(self, tokenizers: list, eos_token_ids: list[list[int]], chat_template_kwargs: dict | None = None):
+        self.tokenizers = tokenizers
+        self.eos_token_ids = eos_token_ids
+        self.chat_template_kwargs = chat_template_kwargs or {}
+
+    def tokenize(self, agent: int, prompts: list) -> list[list[int]]:
+        tok = self.tokenizers[agent]
+        if prompts and is_conversational({"prompt": prompts[0]}):
+            out = tok.apply_chat_template(
+                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
+                **self.chat_template_kwargs,
+            )  # fmt: skip
+            return [list(ids) for ids in out["input_ids"]]
+        return tok(text=prompts)["input_ids"]
+
+    def generate(self, agent: int, prompts: list, num_generations: int, greedy: bool = False) -> Generation:
+        """K completions per prompt, prompt-major, each cut after its first EOS (as GRPOTrainer does)."""
+        tok = self.tokenizers[agent]
+        # A process with nothing left to generate still joins the call, so collectives stay in step across processes.
+        prompt_ids = self.tokenize(agent, prompts) if prompts else [[tok.pad_token_id]]
+        completions, logps = self._sample(agent, prompt_ids, num_generations, greedy)
+        if not prompts:
+            return Generation([], [], [])
+        eos = set(self.eos_token_ids[agent])
+        ends = [next((t + 1 for t, token in enumerate(ids) if token in eos), len(ids)) for ids in completions]
+        completion_ids = [list(ids[:end]) for ids, end in zip(completions, ends)]
+        sampling_logps = None if logps is None else [list(lp[:end]) for lp, end in zip(logps, ends)]
+        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+        return Generation(prompt_ids, completion_ids, texts, sampling_logps)
+
+    def _sample(
+        self, agent: int, prompt_ids: list[list[int]], num_generations: int, greedy: bool
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """Completion token ids (K per prompt, prompt-major) and, when the backend has them, each sampled token's
+        log-prob under the sampling distribution."""
+        raise NotImplementedError
+
+    def sync_weights(self, step: int) -> None:
+        """Make the engine generate with the trainer's current weights (`step`: the trainer's global step)."""
+
+    def close(self) -> None:
+        """Release the engines."""
+
+
+def gathered_parameters(params: list, zero3: bool):
+    """Under ZeRO-3, the full values of `params` inside the block; a no-op otherwise."""
+    if not zero3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params)

@@ -1,0 +1,99 @@
+"""Generation with transformers `generate`, on the trainer's own (wrapped) model."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from transformers import GenerationConfig
+from trl.models.utils import _unwrap_model_for_generation, add_hooks, remove_hooks
+from trl.trainer.utils import pad
+
+from ..prefix import prefill_applies, prefilled_cache
+from .base import Generator
+
+
+class TransformersGenerator(Generator):
+    """One batched `generate` per agent per turn, on the policy itself, so there are no weights to sync.
+
+    Each distinct prompt is prefilled once for its K rows (`share_prompts`). Under ZeRO-3 only the generating agent's
+    weights are gathered, so the peak is one agent, not the team.
+    """
+
+    def __init__(
+        self, *, tokenizers, eos_token_ids, chat_template_kwargs, wrapped_model: Callable[[], torch.nn.Module],
+        accelerator, generation_kwargs: dict, args, zero3: bool, share_prompts: bool,
+    ):  # fmt: skip
+        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs)
+        self.wrapped_model = wrapped_model  # the Trainer re-wraps its model when training starts (DeepSpeed)
+        self.accelerator = accelerator
+        self.args = args
+        self.zero3 = zero3
+        self.share_prompts = share_prompts
+        self.configs = {
+            greedy: [self._config(tok, eos, generation_kwargs, greedy) for tok, eos in zip(tokenizers, eos_token_ids)]
+            for greedy in (False, True)
+        }
+
+    @staticmethod
+    def _config(tokenizer, eos_token_ids: list[int], generation_kwargs: dict, greedy: bool) -> GenerationConfig:
+        kwargs = {
+            **generation_kwargs,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": eos_token_ids,
+        }
+        if greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
+        return GenerationConfig(**kwargs, disable_compile=True)
+
+    def _sample(self, agent, prompt_ids, num_generations, greedy):
+        pad_id = self.tokenizers[agent].pad_token_id
+        repeated = [torch.tensor(ids) for ids in prompt_ids for _ in range(num_generations)]
+        device = self.accelerator.device
+        input_ids = pad(repeated, padding_value=pad_id, padding_side="left").to(device)
+        attention_mask = pad([torch.ones_like(t) for t in repeated], padding_value=0, padding_side="left").to(device)
+        wrapped = self.wrapped_model()
+        with (
+            _unwrap_model_for_generation(
+                wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=False,  # one agent at a time, below
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as team,
+            team.acting(agent) as acting_model,
+            self._gathered(acting_model, wrapped),
+            torch.no_grad(),
+        ):
+            generation_config = self.configs[greedy][agent]
+            # K rows per prompt: prefill each prompt once. Under ZeRO-3 without gathering, every extra forward would
+            # be a collective that processes must agree on, so the plain prefill is kept there.
+            shared = (
+                self.share_prompts
+                and prefill_applies(generation_config, acting_model)
+                and not (self.zero3 and not self.args.ds3_gather_for_generation)
+            )
+            room = self.args.max_completion_length
+            cache = prefilled_cache(acting_model, input_ids, attention_mask, room) if shared else None
+            output = acting_model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, cache=cache, generation_config=generation_config
+            )
+        return output[:, input_ids.size(1) :].cpu().tolist(), None
+
+    @contextlib.contextmanager
+    def _gathered(self, agent: torch.nn.Module, wrapped: torch.nn.Module):
+        """Under ZeRO-3, gather the full weights of the generating agent only."""
+        if not (self.zero3 and self.args.ds3_gather_for_generation):
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(agent.parameters())):
+            # ZeRO-3's module hooks would release the gathered weights after the first forward (as TRL's own
+            # generation context does, they are removed while generating).
+            remove_hooks(wrapped)
+            try:
+                yield
+            finally:
+                add_hooks(wrapped)

@@ -1,0 +1,81 @@
+"""Generation with one `trl vllm-serve` per agent (`use_vllm=True, vllm_mode="server"`), through TRL's `VLLMClient`.
+
+The main process sends every process's prompts of an agent to that agent's server in one request (each prompt once,
+`n=K`) and hands each process its share back. Weights go to a server over NCCL (`VLLMClient.update_named_params`),
+so this path needs GPUs; `benchmarks/gpu_check.sh` runs it end to end.
+"""
+
+from __future__ import annotations
+
+from accelerate.utils import broadcast_object_list, gather_object
+
+from .base import Generator, Sampling, gathered_parameters
+from .vllm_settings import server_base_urls
+
+
+class VLLMServerGenerator(Generator):
+    def __init__(
+        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, args, accelerator, trainable: list[int],
+        zero3: bool, client_class=None,
+    ):  # fmt: skip
+        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs)
+        if client_class is None:
+            from trl.generation.vllm_client import VLLMClient as client_class
+        self.team, self.accelerator, self.trainable, self.zero3 = team, accelerator, set(trainable), zero3
+        self.sampling = Sampling.from_config(args)
+        self.urls = server_base_urls(args, team.num_agents)
+        self.clients = []
+        if accelerator.is_main_process:
+            for i, url in enumerate(self.urls):
+                client = client_class(
+                    base_url=url, group_port=args.vllm_group_port + i, connection_timeout=args.vllm_server_timeout
+                )
+                client.init_communicator(device=accelerator.device)
+                self.clients.append(client)
+        self._synced_step = None
+        accelerator.wait_for_everyone()
+
+    def _request(self, agent: int, num_generations: int, greedy: bool) -> dict:
+        s = self.sampling
+        return {
+            "n": num_generations,
+            "max_tokens": s.max_tokens,
+            "temperature": 0.0 if greedy else s.temperature,
+            "top_p": 1.0 if greedy else s.top_p,
+            "top_k": 0 if greedy or s.top_k is None else s.top_k,
+            "min_p": 0.0 if greedy or s.min_p is None else s.min_p,
+            "repetition_penalty": s.repetition_penalty,
+            "logprobs": 0,
+            "generation_kwargs": {"stop_token_ids": list(self.eos_token_ids[agent]), **s.extra},
+        }
+
+    def _sample(self, agent, prompt_ids, num_generations, greedy):
+        counts = gather_object([len(prompt_ids)])
+        all_prompts = gather_object(prompt_ids)
+        payload = [None]
+        if self.accelerator.is_main_process:
+            output = self.clients[agent].generate(prompts=all_prompts, **self._request(agent, num_generations, greedy))
+            logps = output.get("logprobs")
+            # One log-prob per token (the sampled one) when `logprobs=0`.
+            logps = None if logps is None else [[lp[0] if isinstance(lp, list) else lp for lp in row] for row in logps]
+            payload = [(output["completion_ids"], logps)]
+        broadcast_object_list(payload, from_process=0)
+        completion_ids, logps = payload[0]
+        start = sum(counts[: self.accelerator.process_index]) * num_generations
+        share = slice(start, start + len(prompt_ids) * num_generations)
+        return completion_ids[share], None if logps is None else logps[share]
+
+    def sync_weights(self, step: int) -> None:
+        if step == self._synced_step:
+            return
+        # The servers load the agents' starting weights themselves; after that, only trainable agents change.
+        if self._synced_step is not None:
+            for agent in sorted(self.trainable):
+                module = self.team.agent(agent)
+                with gathered_parameters(list(module.parameters()), self.zero3):
+                    if self.accelerator.is_main_process:
+                        named = [(name, param.data) for name, param in module.named_parameters()]
+                        metadata = [(n, str(p.dtype).removeprefix("torch."), list(p.shape)) for n, p in named]
+                        self.clients[agent].update_named_params(metadata, iter(named))
+                        self.clients[agent].reset_prefix_cache()
+        self._synced_step = step
