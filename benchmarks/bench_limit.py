@@ -13,6 +13,11 @@ naive computation wastes, such as logits for prompt positions and padding).
     python benchmarks/bench_limit.py                       # hidden-256, 4-layer random Llama, 6 prompts, 48 tokens
     python benchmarks/bench_limit.py --model PATH          # any local model folder (e.g. SmolLM2-135M)
     python benchmarks/bench_limit.py --smoke               # tiny, 1 step (used by the tests)
+
+    # our step with transformers `generate` and with colocated vLLM engines, side by side (in the vLLM environment)
+    .venv-vllm/bin/python benchmarks/bench_limit.py --model PATH --generation transformers,vllm
+
+With vLLM, the generate column counts the weight syncs into the engines too (`timing/sync_s`).
 """
 
 from __future__ import annotations
@@ -99,7 +104,7 @@ def naive_step(tokenizer, agents, prompts, k: int, max_new_tokens: int, device: 
     return times
 
 
-def our_step(path: str, prompts, k: int, max_new_tokens: int, steps: int, device: str) -> dict:
+def our_step(path: str, prompts, k: int, max_new_tokens: int, steps: int, device: str, use_vllm: bool) -> dict:
     from datasets import Dataset
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -109,16 +114,19 @@ def our_step(path: str, prompts, k: int, max_new_tokens: int, steps: int, device
         output_dir=tempfile.mkdtemp(prefix="bench_limit_run_"), num_turns=2, early_termination_threshold=None,
         num_generations=k, per_device_train_batch_size=len(prompts) * k, max_new_tokens=max_new_tokens,
         max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-        use_cpu=device == "cpu", check_functions_before_training=False,
+        use_cpu=device == "cpu", check_functions_before_training=False, use_vllm=use_vllm,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
         agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": prompts * steps}), args=args,
     )  # fmt: skip
     trainer.train()
+    trainer.generator.close()
     logs = [h for h in trainer.state.log_history if "step_time" in h]
     last = logs[-1]  # the first step pays one-off costs
-    return {key: last[key] for key in last if key.startswith(("timing/", "throughput/")) or key == "step_time"}
+    out = {key: last[key] for key in last if key.startswith(("timing/", "throughput/")) or key == "step_time"}
+    out["generate_phase_s"] = out["timing/generate_s"] + out.get("timing/sync_s", 0.0)
+    return out
 
 
 def main() -> None:
@@ -128,7 +136,12 @@ def main() -> None:
     parser.add_argument("--max_new_tokens", type=int, default=48)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--generation", default="transformers",
+                        help="comma-separated backends for our step: transformers, vllm (needs vLLM installed)")  # fmt: skip
     cli = parser.parse_args()
+    backends = [b.strip() for b in cli.generation.split(",") if b.strip()]
+    if not backends or any(b not in ("transformers", "vllm") for b in backends):
+        raise SystemExit(f"bench_limit: --generation takes transformers and/or vllm, got {cli.generation!r}.")
     if cli.smoke:
         cli.prompts, cli.max_new_tokens = 1, 4
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -140,18 +153,27 @@ def main() -> None:
     naive_step(tokenizer, agents, prompts, k, cli.max_new_tokens, cli.device)  # warm-up
     naive = naive_step(tokenizer, agents, prompts, k, cli.max_new_tokens, cli.device)
     del agents
-    ours = our_step(path, prompts, k, cli.max_new_tokens, 1 if cli.smoke else 2, cli.device)
+    steps = 1 if cli.smoke else 2
+    ours = {b: our_step(path, prompts, k, cli.max_new_tokens, steps, cli.device, b == "vllm") for b in backends}
 
     naive_total = naive["generate"] + naive["update"]
     print(f"model={cli.model or 'random'} prompts={cli.prompts} K={k} T=2 full tree, {cli.max_new_tokens} new tokens")
     print(f"rows per step: {naive['rows']}")
     print(f"{'':24}{'generate s':>12}{'update s':>10}{'step s':>9}")
     print(f"{'naive batched compute':24}{naive['generate']:12.2f}{naive['update']:10.2f}{naive_total:9.2f}")
-    phases = ("timing/generate_s", "timing/reward_s", "timing/transition_s", "timing/logps_s", "timing/update_s")
-    print(f"{'MAGRPOTrainer':24}{ours['timing/generate_s']:12.2f}{ours.get('timing/update_s', float('nan')):10.2f}"
-          f"{ours['step_time']:9.2f}")  # fmt: skip
-    print("MAGRPOTrainer phases: " + ", ".join(f"{p.split('/')[1]}={ours.get(p, float('nan')):.3f}" for p in phases))
-    print(f"ours / naive step time: {ours['step_time'] / naive_total:.2f}x")
+    phases = ("timing/sync_s", "timing/generate_s", "timing/reward_s", "timing/transition_s", "timing/logps_s",
+              "timing/update_s")  # fmt: skip
+    for backend, run in ours.items():
+        label = "MAGRPOTrainer" + (" + vLLM" if backend == "vllm" else "")
+        print(f"{label:24}{run['generate_phase_s']:12.2f}{run.get('timing/update_s', float('nan')):10.2f}"
+              f"{run['step_time']:9.2f}")  # fmt: skip
+    for backend, run in ours.items():
+        print(f"{backend} phases: " + ", ".join(f"{p.split('/')[1]}={run.get(p, float('nan')):.3f}" for p in phases))
+        print(f"ours ({backend}) / naive step time: {run['step_time'] / naive_total:.2f}x")
+    if len(ours) == 2:
+        hf, vllm = ours["transformers"], ours["vllm"]
+        print(f"generate phase (syncs included), transformers / vLLM: {hf['generate_phase_s'] / vllm['generate_phase_s']:.2f}x"
+              f"; step time: {hf['step_time'] / vllm['step_time']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,6 +20,11 @@ Reported per trainer:
   `torch.cuda.max_memory_allocated`;
 - a phase breakdown (generate / reward + transition / update / other) and our trainer's own logged timings.
 
+`ours_vllm` is ours with `use_vllm=True` (colocated vLLM engines, one per agent): its generate phase is the time
+inside the generation backend plus the weight syncs into the engines, and the report adds its ratios to `ours`. It
+needs vLLM in the interpreter that runs the script, and a head size of at least 32 (vLLM's CPU attention): `tiny` and
+`smollm2` have it, `--smoke` does not.
+
 Install CoMLRL (PyPI `comlrl` 1.4.3) beside this package. Its metadata asks for `openai` and `wandb`; it never
 imports `openai`, but imports `wandb` at module import. A virtual environment that sees the system packages keeps the
 system site-packages (torch, transformers, trl) unchanged:
@@ -42,6 +47,9 @@ Other uses:
     python benchmarks/bench_vs_comlrl.py --model /path/to/save_pretrained/folder --prompts 4 --max_new_tokens 64
     python benchmarks/bench_vs_comlrl.py --model smollm2 --device cuda      # on a GPU machine
     python benchmarks/bench_vs_comlrl.py --smoke                            # hidden-32 model, 1 prompt, 4 tokens
+
+    # ours with transformers `generate` and ours with vLLM, side by side (in the vLLM environment, see README)
+    .venv-vllm/bin/python benchmarks/bench_vs_comlrl.py --model smollm2 --trainers ours,ours_vllm --threads 2
     python benchmarks/bench_vs_comlrl.py --model tiny --trainers ours --ours_micro_batches 6   # diagnostic, see below
 
 `--model tiny` is a random hidden-256, 4-layer Llama (tests/tiny.py, 400-token vocabulary), written to a temporary
@@ -88,7 +96,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-TRAINERS = ("comlrl", "ours")
+TRAINERS = ("comlrl", "ours", "ours_vllm")
 COMLRL_VERSION = "1.4.3"
 INSTALL_HINT = (
     "python -m venv --system-site-packages ~/.venvs/comlrl && "
@@ -165,6 +173,7 @@ class Counters:
         self.generated_sequences = 0
         self.generated_tokens = 0
         self.generate_s = 0.0
+        self.sync_s = 0.0  # weight syncs into vLLM engines
         self.update_s = 0.0
         self.optimizer_steps = 0
 
@@ -232,6 +241,23 @@ class Counters:
 
         model.generate = generate
 
+    def wrap_generator(self, generator):
+        """Count and time a vLLM generation backend's calls; its weight syncs count as generation time."""
+        counters = self
+        original = generator.generate
+
+        def generate(agent, prompts, num_generations, greedy=False):
+            start = time.perf_counter()
+            out = original(agent, prompts, num_generations, greedy)
+            counters.generate_s += time.perf_counter() - start
+            counters.generate_calls += 1
+            counters.generated_sequences += len(out.completion_ids)
+            counters.generated_tokens += sum(len(ids) for ids in out.completion_ids)
+            return out
+
+        generator.generate = generate
+        self.timed_method(generator, "sync_weights", "sync_s")
+
     def timed_method(self, obj, name: str, field: str):
         counters = self
         original = getattr(obj, name)
@@ -270,6 +296,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
         version = comlrl.__version__
     else:
         from transformers import TrainerCallback
+
+        import trl_multiagent.generation.hf
 
         import trl_multiagent
         from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -390,6 +418,7 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             report_to="none",
             save_strategy="no",
             disable_tqdm=True,
+            use_vllm=trainer_name == "ours_vllm",
         )
         trainer = MAGRPOTrainer(
             agents=agents,
@@ -401,7 +430,9 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             callbacks=[OptimizerTimer()],
         )
         # Ours prefills each prompt once just before `generate` (share_prompts): that is generation time too.
-        counters.timed_method(sys.modules[MAGRPOTrainer.__module__], "prefilled_cache", "generate_s")
+        counters.timed_method(trl_multiagent.generation.hf, "prefilled_cache", "generate_s")
+        if config.use_vllm:  # the agents' own `generate` is not called: time the backend, and its weight syncs
+            counters.wrap_generator(trainer.generator)
         settings = {
             "share_prompts": config.share_prompts,
             "per_device_train_batch_size": config.per_device_train_batch_size,
@@ -412,6 +443,7 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             "top_k": config.top_k,
             "beta": config.beta,
             "loss_type": config.loss_type,
+            "use_vllm": config.use_vllm,
         }
     counters.sync()
     setup_s = time.perf_counter() - setup_start
@@ -435,7 +467,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
         "generate_calls": counters.generate_calls,
         "generated_sequences": counters.generated_sequences,
         "generated_tokens": counters.generated_tokens,
-        "generate_s": counters.generate_s,
+        "generate_s": counters.generate_s + counters.sync_s,
+        "sync_s": counters.sync_s,
         "reward_s": counters.reward_s,
         "transition_s": counters.transition_s,
         "optimizer_steps": counters.optimizer_steps,
@@ -453,10 +486,11 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
         history = trainer.state.log_history
         keys = sorted({key for entry in history for key in entry if key.startswith("timing/")}) + ["step_time"]
         logged = {key: sum(entry[key] for entry in history if key in entry) for key in keys}
-        for name in ("generate", "reward", "transition", "logps"):
+        rollout_phases = ("sync", "generate", "reward", "transition", "logps")
+        for name in rollout_phases:
             logged.setdefault(f"timing/{name}_s", 0.0)
         result["logged"] = logged
-        phases = sum(logged[f"timing/{name}_s"] for name in ("generate", "reward", "transition", "logps"))
+        phases = sum(logged[f"timing/{name}_s"] for name in rollout_phases)
         result["optimizer_s"] = counters.update_s
         result["loss_fwd_bwd_s"] = logged["step_time"] - phases  # step_time holds the rollout and fwd + bwd
         result["update_s"] = result["loss_fwd_bwd_s"] + counters.update_s
@@ -597,9 +631,11 @@ def print_report(spec: dict, results: dict, model_desc: str, skipped_note: str |
                fmt(r["generated_tokens"]), fmt(r["generated_tokens"] / r["wall_s"], 1), fmt(r["peak_rss_mb"], 0)]  # fmt: skip
         row += [fmt(r.get("peak_gpu_mb"), 0)] if gpu else []
         print("| " + " | ".join(row) + " |")
-    if "ours" in results and "comlrl" in results:
-        o, c = results["ours"], results["comlrl"]
-        ratio = ["ours/comlrl", fmt(o["wall_s"] / c["wall_s"]) + "x", "",
+    for num, den in (("ours", "comlrl"), ("ours_vllm", "comlrl"), ("ours_vllm", "ours")):
+        if num not in results or den not in results:
+            continue
+        o, c = results[num], results[den]
+        ratio = [f"{num}/{den}", fmt(o["wall_s"] / c["wall_s"]) + "x", "",
                  fmt((o["joint_answers"] / o["wall_s"]) / (c["joint_answers"] / c["wall_s"])) + "x", "",
                  fmt((o["generated_tokens"] / o["wall_s"]) / (c["generated_tokens"] / c["wall_s"])) + "x",
                  fmt(o["peak_rss_mb"] / max(c["peak_rss_mb"], 1e-9)) + "x"]  # fmt: skip
@@ -627,11 +663,19 @@ def print_report(spec: dict, results: dict, model_desc: str, skipped_note: str |
         other = r["wall_s"] - r["generate_s"] - r["reward_s"] - r["transition_s"] - r["update_s"]
         print(f"| {name} | {fmt(r['generate_s'])} | {fmt(r['reward_s'] + r['transition_s'], 3)} | {fmt(r['update_s'])} "
               f"| {fmt(other)} | {fmt(r['setup_s'])} | {fmt(r.get('built_rss_mb'), 0)} |")  # fmt: skip
-    if "ours" in results:
-        o = results["ours"]
+    if "ours" in results and "ours_vllm" in results:
+        o, v = results["ours"], results["ours_vllm"]
+        print()
+        print(f"Generate phase, weight syncs included: ours {o['generate_s']:.2f} s, ours_vllm {v['generate_s']:.2f} s "
+              f"(of which syncs {v['sync_s']:.2f} s): vLLM is {o['generate_s'] / v['generate_s']:.2f}x faster; "
+              f"whole train(): {o['wall_s'] / v['wall_s']:.2f}x.")  # fmt: skip
+    for name in ("ours", "ours_vllm"):
+        if name not in results:
+            continue
+        o = results[name]
         logged = o["logged"]
         print()
-        print("Ours, from trainer.state.log_history (summed over steps): "
+        print(f"{name}, from trainer.state.log_history (summed over steps): "
               + ", ".join(f"{k} {v:.3f}" for k, v in logged.items())
               + f"; loss fwd+bwd = step_time - timing/* = {o['loss_fwd_bwd_s']:.3f}; optimizer step {o['optimizer_s']:.3f}"
               + f"; outside step_time and optimizer {o['wall_s'] - logged['step_time'] - o['optimizer_s']:.3f}")  # fmt: skip

@@ -44,22 +44,26 @@ def make_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 
 
 def make_model(
-    tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, arch: str = "llama", vocab_size: int | None = None
+    tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, arch: str = "llama", vocab_size: int | None = None,
+    heads: int = 4, tied: bool = True,
 ):
-    """A random causal LM with tied embeddings (hidden 32, 2 layers by default)."""
+    """A random causal LM with tied embeddings (hidden 32, 2 layers by default).
+
+    vLLM's CPU attention needs a head size of at least 32: `make_model(tok, hidden=64, heads=2)`.
+    """
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab_size or len(tokenizer),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
         max_position_embeddings=512,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
     )
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common))

@@ -68,6 +68,7 @@ def main():
     parser.add_argument("--fail_on_rank", type=int, default=-1)
     parser.add_argument("--per_prompt_seed", action="store_true")
     parser.add_argument("--beta", type=float, default=0.0)
+    parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     cli = parser.parse_args()
 
@@ -77,7 +78,7 @@ def main():
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=False, disable_tqdm=True,
-        deepspeed=cli.deepspeed, beta=cli.beta,
+        deepspeed=cli.deepspeed, beta=cli.beta, use_vllm=cli.use_vllm,
         check_functions_before_training=False
     )  # fmt: skip
     rank = int(os.environ.get("RANK", "0"))
@@ -89,7 +90,9 @@ def main():
 
     trainer_class = PerPromptSeededTrainer if cli.per_prompt_seed else MAGRPOTrainer
     trainer = trainer_class(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
+        # vLLM's CPU attention needs a head size of at least 32.
+        agents=[make_model(tokenizer, seed=i, **({"hidden": 64, "heads": 2} if cli.use_vllm else {})) for i in range(2)],
+        tokenizer=tokenizer,
         reward_func=length_ratio_reward, external_transition=feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}), args=args,
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,

@@ -167,7 +167,7 @@ class VLLMColocateGenerator(Generator):
 
         s = self.sampling
         kwargs = {
-            "n": num_generations,
+            "n": 1 if greedy else num_generations,  # vLLM refuses n > 1 for greedy decoding; `_sample` repeats it
             "max_tokens": s.max_tokens,
             "temperature": 0.0 if greedy else s.temperature,
             "top_p": 1.0 if greedy else s.top_p,
@@ -200,7 +200,8 @@ class VLLMColocateGenerator(Generator):
             )
         completions, logps = [], []
         for request in outputs:
-            for sample in request.outputs:
+            samples = request.outputs * (num_generations if greedy else 1)
+            for sample in samples:
                 completions.append(list(sample.token_ids))
                 logps.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)])
         return completions, logps

@@ -16,20 +16,26 @@ from .vllm_settings import server_base_urls
 class VLLMServerGenerator(Generator):
     def __init__(
         self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, args, accelerator, trainable: list[int],
-        zero3: bool, client_class=None,
+        zero3: bool,
     ):  # fmt: skip
         super().__init__(tokenizers, eos_token_ids, chat_template_kwargs)
-        if client_class is None:
-            from trl.generation.vllm_client import VLLMClient as client_class
+        from trl.generation import vllm_client
         self.team, self.accelerator, self.trainable, self.zero3 = team, accelerator, set(trainable), zero3
         self.sampling = Sampling.from_config(args)
         self.urls = server_base_urls(args, team.num_agents)
         self.clients = []
         if accelerator.is_main_process:
             for i, url in enumerate(self.urls):
-                client = client_class(
-                    base_url=url, group_port=args.vllm_group_port + i, connection_timeout=args.vllm_server_timeout
-                )
+                try:
+                    client = vllm_client.VLLMClient(
+                        base_url=url, group_port=args.vllm_group_port + i, connection_timeout=args.vllm_server_timeout
+                    )
+                except OSError as error:  # requests' ConnectionError, raised after `vllm_server_timeout`
+                    raise ConnectionError(
+                        f"MAGRPOTrainer: agent {i}'s vLLM server at {url} did not answer within vllm_server_timeout="
+                        f"{args.vllm_server_timeout:g} s. Start it with `trl vllm-serve --model <agent {i}'s model> "
+                        f"--port <port>`, or fix `vllm_server_base_urls`."
+                    ) from error
                 client.init_communicator(device=accelerator.device)
                 self.clients.append(client)
         self._synced_step = None
@@ -38,7 +44,7 @@ class VLLMServerGenerator(Generator):
     def _request(self, agent: int, num_generations: int, greedy: bool) -> dict:
         s = self.sampling
         return {
-            "n": num_generations,
+            "n": 1 if greedy else num_generations,  # vLLM refuses n > 1 for greedy decoding; `_sample` repeats it
             "max_tokens": s.max_tokens,
             "temperature": 0.0 if greedy else s.temperature,
             "top_p": 1.0 if greedy else s.top_p,
@@ -61,6 +67,9 @@ class VLLMServerGenerator(Generator):
             payload = [(output["completion_ids"], logps)]
         broadcast_object_list(payload, from_process=0)
         completion_ids, logps = payload[0]
+        if greedy:
+            completion_ids = [ids for ids in completion_ids for _ in range(num_generations)]
+            logps = None if logps is None else [lp for lp in logps for _ in range(num_generations)]
         start = sum(counts[: self.accelerator.process_index]) * num_generations
         share = slice(start, start + len(prompt_ids) * num_generations)
         return completion_ids[share], None if logps is None else logps[share]
