@@ -30,6 +30,7 @@ import time
 
 import torch
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "recipes"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))

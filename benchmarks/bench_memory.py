@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 

@@ -94,6 +94,7 @@ import sys
 import tempfile
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TRAINERS = ("comlrl", "ours", "ours_vllm")
@@ -108,6 +109,7 @@ INSTALL_HINT = (
 # subprocess can use it too).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes"))
 from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
+
 
 FEEDBACK_MARKER = "\n\nYour last answer had "  # only turn-2 prompts (written by length_feedback) contain it
 
@@ -297,9 +299,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
     else:
         from transformers import TrainerCallback
 
-        import trl_multiagent.generation.hf
-
         import trl_multiagent
+        import trl_multiagent.generation.hf
         from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 
         version = getattr(trl_multiagent, "__version__", None)

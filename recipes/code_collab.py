@@ -58,6 +58,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `sandbox.py` lies beside this file
 
 import torch  # noqa: E402
@@ -68,6 +69,7 @@ from trl import TrlParser  # noqa: E402
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 from trl_multiagent.plot import last_logged  # noqa: E402
+
 
 HELPER_NAME = "aux"
 

@@ -54,11 +54,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.plot import last_logged
 from trl_multiagent.models import prepare_default_model
+from trl_multiagent.plot import last_logged
+
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402  (the seed's task, shared)
+
 
 # The example's MAGRPOConfig values. `max_completion_length` (of which `max_new_tokens` is an alias) carries the 64, so
 # that both `--max_new_tokens` and `--max_completion_length` override it from the command line.

@@ -58,6 +58,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+
 __all__ = ["SandboxResult", "SandboxUnavailable", "check_sandbox", "run_python", "sandbox_backend"]
 
 STATUSES = ("passed", "failed", "timeout", "crashed", "error")

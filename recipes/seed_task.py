@@ -4,6 +4,7 @@ trl_multiagent) and the tests all use these."""
 
 import math
 
+
 PROMPTS = [
     "Describe a city in the clouds:",
     "Invent a new holiday and explain it:",

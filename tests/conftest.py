@@ -1,16 +1,19 @@
+import importlib.util
 import os
 import sys
 
 import pytest
+
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from tiny import make_model, make_tokenizer  # noqa: E402
 
+
 # The seed's prompts, joint reward and transition, as the recipe ships them.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-from length_ratio import PROMPTS as SEED_PROMPTS  # noqa: E402
+from length_ratio import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
 from length_ratio import length_feedback, length_ratio_reward  # noqa: E402, F401
 
 
@@ -25,3 +28,17 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     make_model(tokenizer, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Without vLLM, leave test_vllm.py out of runs that do not select `vllm` tests (the default suite).
+
+    A run that selects them (`-m vllm`) still imports it, and fails loudly where vLLM is missing.
+    """
+    if collection_path.name != "test_vllm.py" or importlib.util.find_spec("vllm") is not None:
+        return None
+    from _pytest.mark.expression import Expression
+
+    markexpr = config.getoption("markexpr") or ""
+    selects_vllm = not markexpr or Expression.compile(markexpr).evaluate(lambda name: name == "vllm")
+    return True if not selects_vllm else None

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+
 HERE = os.path.dirname(__file__)
 BENCH = os.path.join(HERE, "..", "benchmarks", "bench_vs_comlrl.py")
 COLUMNS = ["trainer", "wall s", "joint answers", "joint answers/s", "gen tokens", "gen tokens/s", "peak RSS MB"]

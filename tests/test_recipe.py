@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+
 RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "length_ratio.py")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 
 import sandbox  # noqa: E402
 from sandbox import SandboxUnavailable, check_sandbox, run_python, sandbox_backend  # noqa: E402
+
 
 HAVE_BWRAP = shutil.which("bwrap") is not None and shutil.which("prlimit") is not None
 needs_bwrap = pytest.mark.skipif(

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerC
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.batching import split_micro_batches
 
+
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], lora_dropout=0.0)
 
 

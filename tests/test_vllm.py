@@ -16,6 +16,7 @@ import time
 import pytest
 import torch
 import vllm  # noqa: F401  (fails collection where vLLM is missing)
+from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 from peft import LoraConfig
 from tiny import make_model, make_tokenizer
@@ -25,7 +26,6 @@ from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.generation.vllm_colocate import engine_model
 from trl_multiagent.generation.vllm_server import VLLMServerGenerator
 
-from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 
 pytestmark = pytest.mark.vllm
 
@@ -195,6 +195,16 @@ def test_lora_sync_pushes_only_adapters(tmp_path):
         assert len(os.listdir(engine.folder)) == 2 + 2
         logged = [e for e in trainer.state.log_history if "sampling/sampling_logp_difference/max" in e]
         assert len(logged) == 2 and all(e["sampling/sampling_logp_difference/max"] < 1e-4 for e in logged)
+
+
+def test_prompt_longer_than_the_engine_allows_names_the_agent(tmp_path):
+    tok = make_tokenizer()
+    agents = [vllm_model(tok, seed=i) for i in range(2)]
+    # Turn-1 prompts fit in 32 tokens with the 12 new ones; the feedback prompts of turn 2 do not.
+    with trainer_for(tmp_path, {"vllm_max_model_length": 32}, agents=agents, tokenizer=tok) as trainer:
+        with pytest.raises(ValueError, match=r"agent 0 got a \d+-token prompt; with max_completion_length=12 it "
+                           r"exceeds the engine's max_model_len=32"):  # fmt: skip
+            trainer.train()
 
 
 def test_frozen_agent_is_pushed_once(tmp_path):
@@ -380,7 +390,9 @@ def test_untested_vllm_version_warns_with_the_tested_range(tmp_path, monkeypatch
 def vllm_model_dir(tmp_path_factory):
     tok = make_tokenizer()
     path = tmp_path_factory.mktemp("tiny-llama-vllm")
-    vllm_model(tok).save_pretrained(path)
+    model = vllm_model(tok)
+    model.config.max_position_embeddings = 4096  # the code recipe's second-turn prompts carry both agents' code
+    model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
 

@@ -8,6 +8,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+
 CORPUS = [
     "Describe a city in the clouds:",
     "Invent a new holiday and explain it:",

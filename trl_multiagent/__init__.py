@@ -4,5 +4,6 @@ from .config import MAGRPOConfig
 from .team import AgentTeam
 from .trainer import MAGRPOTrainer
 
+
 __all__ = ["AgentTeam", "MAGRPOConfig", "MAGRPOTrainer"]
 __version__ = "0.1.0"

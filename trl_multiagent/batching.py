@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import pad
 
+
 # Keys whose second dimension runs over completion tokens.
 COMPLETION_KEYS = (
     "completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+
 JOINT_MODES = ("aligned", "cross")
 SCALE_REWARDS = ("group", "batch", "none")
 

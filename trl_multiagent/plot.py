@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+
 TRAINER_STATE = "trainer_state.json"
 TURN_KEY = re.compile(r"^turn_(\d+)/reward_mean$")
 AGENT_KEY = re.compile(r"^agent_(\d+)/completions/mean_length$")

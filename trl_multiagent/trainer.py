@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import time
@@ -21,18 +20,19 @@ from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint
+from .assembly import build_team, plan_team
 from .batching import agent_rows, length_chunks, pad_rows, split_micro_batches
 from .callables import JointReward, Transition
 from .config import MAGRPOConfig
 from .credit import group_advantages
-from .metrics import rollout_metrics, rollout_stats
 from .generation import build_generator
 from .generation.vllm_settings import check_vllm_team
 from .importance import importance_sampling_ratio, sampling_stats
+from .metrics import rollout_metrics, rollout_stats
 from .prefix import shared_prompt_logps, supports_prompt_sharing, uses_reentrant_checkpointing
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
-from .assembly import build_team, plan_team
 from .team import AgentTeam
+
 
 PLACEHOLDER_ANSWER = "placeholder answer"
 

@@ -12,12 +12,13 @@ import zlib
 
 import torch
 
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
 from tiny import make_model, make_tokenizer  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 from trl_multiagent.rollout import Generation  # noqa: E402

@@ -6,6 +6,7 @@ from __future__ import annotations
 from .base import Generator, Sampling
 from .hf import TransformersGenerator
 
+
 __all__ = ["Generator", "Sampling", "TransformersGenerator", "build_generator"]
 
 

@@ -39,6 +39,19 @@ class Sampling:
             extra=dict(args.generation_kwargs or {}),
         )
 
+    def vllm_request(self, num_generations: int, greedy: bool) -> dict:
+        """The settings as vLLM's `SamplingParams` (and `trl vllm-serve`) name them, for one batched request."""
+        return {
+            "n": 1 if greedy else num_generations,  # vLLM refuses n > 1 for greedy decoding: the caller repeats it
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0 if greedy else self.temperature,
+            "top_p": 1.0 if greedy else self.top_p,
+            "top_k": 0 if greedy or self.top_k is None else self.top_k,
+            "min_p": 0.0 if greedy or self.min_p is None else self.min_p,
+            "repetition_penalty": self.repetition_penalty,
+            "logprobs": 0,  # the sampled token's log-prob, for the importance-sampling correction
+        }
+
 
 class Generator:
     """Samples completions for one agent at a time; subclasses implement `_sample` (and `sync_weights`)."""

@@ -30,6 +30,7 @@ from . import vllm_cpu
 from .base import Generator, Sampling, gathered_parameters
 from .vllm_settings import on_cpu, prepare_environment
 
+
 logger = logging.get_logger(__name__)
 
 # vLLM accepts these LoRA ranks (vllm.config.lora.MaxLoRARanks); an adapter's rank is rounded up to the next one.
@@ -165,21 +166,10 @@ class VLLMColocateGenerator(Generator):
     def _params(self, agent: int, num_generations: int, greedy: bool):
         from vllm import SamplingParams
 
-        s = self.sampling
-        kwargs = {
-            "n": 1 if greedy else num_generations,  # vLLM refuses n > 1 for greedy decoding; `_sample` repeats it
-            "max_tokens": s.max_tokens,
-            "temperature": 0.0 if greedy else s.temperature,
-            "top_p": 1.0 if greedy else s.top_p,
-            "top_k": 0 if greedy or s.top_k is None else s.top_k,
-            "min_p": 0.0 if greedy or s.min_p is None else s.min_p,
-            "repetition_penalty": s.repetition_penalty,
-            "stop_token_ids": list(self.eos_token_ids[agent]),  # the agent's own EOS tokens, as `generate` uses
-            "logprobs": 0,  # the sampled token's log-prob, for the importance-sampling correction
-            "detokenize": False,
-            **s.extra,
-        }
-        return SamplingParams(**kwargs)
+        # Each agent stops at its own EOS tokens, as `generate` does; ids in, ids out.
+        request = self.sampling.vllm_request(num_generations, greedy)
+        request.update(stop_token_ids=list(self.eos_token_ids[agent]), detokenize=False)
+        return SamplingParams(**{**request, **self.sampling.extra})  # `generation_kwargs` win, as in TRL
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
         engine = self.engine_of[agent]

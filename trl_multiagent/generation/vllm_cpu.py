@@ -24,6 +24,7 @@ import inspect
 import torch
 from transformers.utils import logging
 
+
 logger = logging.get_logger(__name__)
 
 _PACKING = "vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm"

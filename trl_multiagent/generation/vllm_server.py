@@ -42,18 +42,8 @@ class VLLMServerGenerator(Generator):
         accelerator.wait_for_everyone()
 
     def _request(self, agent: int, num_generations: int, greedy: bool) -> dict:
-        s = self.sampling
-        return {
-            "n": 1 if greedy else num_generations,  # vLLM refuses n > 1 for greedy decoding; `_sample` repeats it
-            "max_tokens": s.max_tokens,
-            "temperature": 0.0 if greedy else s.temperature,
-            "top_p": 1.0 if greedy else s.top_p,
-            "top_k": 0 if greedy or s.top_k is None else s.top_k,
-            "min_p": 0.0 if greedy or s.min_p is None else s.min_p,
-            "repetition_penalty": s.repetition_penalty,
-            "logprobs": 0,
-            "generation_kwargs": {"stop_token_ids": list(self.eos_token_ids[agent]), **s.extra},
-        }
+        extra = {"stop_token_ids": list(self.eos_token_ids[agent]), **self.sampling.extra}
+        return {**self.sampling.vllm_request(num_generations, greedy), "generation_kwargs": extra}
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
         counts = gather_object([len(prompt_ids)])

@@ -14,6 +14,7 @@ import torch
 from packaging.version import Version
 from transformers.utils import logging
 
+
 logger = logging.get_logger(__name__)
 
 VLLM_MODES = ("colocate", "server")
