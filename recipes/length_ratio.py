@@ -20,6 +20,9 @@ Usage:
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/length_ratio.py \
         --output_dir outputs/length_ratio
 
+    # generation with vLLM (colocated engines, one per agent; see README, "Generation with vLLM")
+    python recipes/length_ratio.py --use_vllm true
+
     # any MAGRPOConfig / GRPOConfig field is a flag; a YAML file works too (`--config my.yaml`)
     python recipes/length_ratio.py --model_name_or_path /path/to/local/model --max_new_tokens 16 --report_to none
 

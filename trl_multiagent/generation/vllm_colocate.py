@@ -74,9 +74,9 @@ def check_adapters_servable(team) -> None:
 def max_turn_sequences(args, num_agents: int) -> int:
     """Completions of the largest turn one process generates for one agent: K per live node."""
     k = max(args.num_generations, args.num_generations_eval or 0)
-    prompts = max(
+    prompts = max(  # a generation batch holds each prompt K times
         args.per_device_train_batch_size * args.steps_per_generation // args.num_generations,
-        args.per_device_eval_batch_size,
+        args.per_device_eval_batch_size // (args.num_generations_eval or args.num_generations),
     )
     branching = len(joint_choices(num_agents, k, args.joint_mode))  # children of a node that goes on
     return k * prompts * branching ** (args.num_turns - 1)
