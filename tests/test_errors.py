@@ -93,8 +93,80 @@ def test_transition_signature_without_required_keywords(tokenizer, args, data):
     def feedback(text):
         return [text, text]
 
-    with pytest.raises(TypeError, match=r"'feedback' must accept the keywords .*lacks \['prompt', 'agent_completions'"):
+    convention = r"must take \(prompt, agent_completions, num_agents\): by these names, in any order, or as its first"
+    with pytest.raises(TypeError, match=r"'feedback'\(text\) " + convention):
         build(tokenizer, args, data, external_transition=feedback)
+
+
+def test_transition_names_bind_by_name_in_any_order_and_by_position_otherwise(tokenizer, args, data):
+    seen = {}
+
+    def comlrl_style(agent_completions, num_agents, prompt, prompt_history_per_agent=None):
+        seen["by name"] = (prompt, agent_completions, num_agents, prompt_history_per_agent)
+        return [prompt] * num_agents
+
+    def own_names(p, completions, n, **history):
+        seen["by position"] = (p, completions, n, sorted(history))
+        return [p] * n
+
+    for transition in (comlrl_style, own_names):
+        build(tokenizer, args, data, external_transition=transition)  # the placeholder call when built
+    prompt = SEED_PROMPTS[0]
+    assert seen["by name"] == (prompt, ["placeholder answer"] * 2, 2, [[prompt], [prompt]])
+    p, completions, n, history = seen["by position"]
+    assert (p, completions, n) == (prompt, ["placeholder answer"] * 2, 2)
+    assert history == ["prompt_history_per_agent", "response_history_per_agent", "reward", "turn"]
+
+
+@pytest.mark.parametrize(
+    "transition, message",
+    [
+        (lambda agent_completions, p, n: [p] * n, r"names \['agent_completions'\] at another position"),
+        (lambda prompt, completions: [prompt] * 2, "too many positional arguments"),
+        (lambda p, c, n, extra: [p] * n, "missing a required argument: 'extra'"),
+    ],
+)
+def test_transition_the_convention_cannot_call_is_refused_when_built(tokenizer, args, data, transition, message):
+    with pytest.raises(TypeError, match=message):
+        build(tokenizer, args, data, external_transition=transition)
+
+
+def _empty_iterable():
+    from datasets import IterableDataset
+
+    return IterableDataset.from_generator(lambda: iter(()), features=Dataset.from_dict({"prompt": ["x"]}).features)
+
+
+@pytest.mark.parametrize("make", [lambda: Dataset.from_dict({"prompt": []}), _empty_iterable], ids=["map", "iterable"])
+def test_empty_dataset_is_refused_before_loading(args, make):
+    dataset = make()
+    with pytest.raises(ValueError, match=r"train_dataset is empty"):
+        MAGRPOTrainer(agents=["no/such-model"] * 2, reward_func=length_ratio_reward, external_transition=length_feedback,
+                      train_dataset=dataset, args=args)  # fmt: skip
+
+
+@pytest.mark.parametrize("blank", ["", "   \n", [{"role": "user", "content": " "}]], ids=["empty", "whitespace", "chat"])
+def test_blank_prompt_names_its_row_before_loading(args, blank):
+    data = Dataset.from_dict({"prompt": [SEED_PROMPTS[0], blank] if isinstance(blank, str) else [[{"role": "user", "content": "hi"}], blank]})
+    with pytest.raises(ValueError, match=r"train_dataset row 1's 'prompt' is empty"):
+        MAGRPOTrainer(agents=["no/such-model"] * 2, reward_func=length_ratio_reward, external_transition=length_feedback,
+                      train_dataset=data, args=args)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "formatted, error, message",
+    [(7, TypeError, r"formatters\[1\] \(agent 1\) on the row .*: its result is a int"),
+     ("  ", ValueError, r"formatters\[1\] \(agent 1\) on the row .*: its result is empty")],
+)  # fmt: skip
+def test_formatter_returning_a_bad_prompt_is_refused_when_built(tokenizer, args, data, formatted, error, message):
+    formatters = [lambda row: row["prompt"], lambda row: formatted]
+    with pytest.raises(error, match=message):
+        build(tokenizer, args, data, formatters=formatters)
+
+
+def test_transition_returning_a_blank_prompt_names_the_turn(tokenizer, args, data):
+    with pytest.raises(ValueError, match=r"'<lambda>' \(after turn 1\), agent 1's prompt is empty"):
+        build(tokenizer, args, data, external_transition=lambda prompt, agent_completions, num_agents: [prompt, ""])
 
 
 def test_two_turns_need_a_transition(tokenizer, args, data):
@@ -107,7 +179,7 @@ def test_two_turns_need_a_transition(tokenizer, args, data):
     [
         (lambda n: ["only one prompt"], r"external_transition 'bad_transition' \(after turn 1\) returned 1 prompts for 2"),
         (lambda n: "a single string", r"'bad_transition' \(after turn 1\) must return a list of 2 prompts.*'a single"),
-        (lambda n: ["ok", 42], r"'bad_transition' \(after turn 1\) returned a int for agent 1.*42"),
+        (lambda n: ["ok", 42], r"'bad_transition' \(after turn 1\), agent 1's prompt is a int; it must be a string.*42"),
     ],
 )
 def test_transition_contract_errors_before_generation(tokenizer, args, data, returned, message):

@@ -184,6 +184,19 @@ def test_kl_against_reference(tmp_path, tokenizer, shared):
     assert kl[-1] > 0.0
 
 
+def test_a_tokenizer_that_does_not_match_its_agent_is_named(tmp_path):
+    tok_a, tok_b = make_tokenizer(400), make_tokenizer(300)
+    agents = [make_model(tok_a, seed=0, arch="llama"), make_model(tok_b, seed=1, arch="qwen2", hidden=48)]
+    trainer = MAGRPOTrainer(
+        agents=agents, tokenizer=[tok_b, tok_a], reward_func=length_ratio_reward,  # swapped
+        external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        args=args_for(tmp_path, early_termination_threshold=None),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"agent 1's tokenizer produced token id 3\d\d, but the agent's vocabulary has "
+                                         r"300 entries"):  # fmt: skip
+        trainer.train()
+
+
 def test_heterogeneous_team_llama_and_qwen2(tmp_path):
     tok_a, tok_b = make_tokenizer(400), make_tokenizer(300)
     agents = [make_model(tok_a, seed=0, arch="llama"), make_model(tok_b, seed=1, arch="qwen2", hidden=48)]

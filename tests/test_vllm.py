@@ -234,6 +234,12 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
     with trainer_for(tmp_path, overrides, agents=agents, tokenizer=tok, reward_func=recorded_reward) as trainer:
         trainer.train()
         history = trainer.state.log_history
+        # TRL's loss weighs each agent's tokens by the ratio computed from vLLM's log-probs.
+        for agent_rows in trainer._buffered_inputs[0]:
+            ratio, mask = agent_rows["importance_sampling_ratio"], agent_rows["completion_mask"]
+            sequence_level = trainer.args.vllm_importance_sampling_mode.startswith("sequence")
+            assert ratio.shape == ((mask.size(0), 1) if sequence_level else mask.shape)
+            assert 0.999 < ratio.min() and ratio.max() < 1.001
     # The placeholder check when the trainer is built; then 2 prompts per step: 4 joint answers per prompt at turn 1
     # and 16 at turn 2, as without vLLM.
     assert calls == [(1, 1)] + [(1, 8), (2, 32)] * 2

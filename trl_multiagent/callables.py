@@ -13,6 +13,8 @@ Transition::
                turn, reward, <dataset columns>)
 
 gets one branch (one joint action) and returns the next prompt of each agent: N strings, or N chat message lists.
+The three required values are passed by name when the function names all three (in any order, as CoMLRL's
+transitions do), and by position otherwise (``def t(p, completions, n, **history)``).
 """
 
 from __future__ import annotations
@@ -118,26 +120,46 @@ class Transition:
     """The user's external transition, called once per branch that goes on to the next turn."""
 
     REQUIRED = ("prompt", "agent_completions", "num_agents")
+    HISTORY = ("prompt_history_per_agent", "response_history_per_agent", "turn", "reward")
 
-    def __init__(self, func: Callable, num_agents: int, conversational: bool):
+    def __init__(self, func: Callable, num_agents: int, conversational: bool, columns: Sequence[str] = ()):
         self.func = func
         self.name = callable_name(func)
         self.num_agents = num_agents
         self.conversational = conversational
         if not callable(func):
             raise TypeError(f"external_transition is not callable: got {type(func).__name__}.")
-        names, takes_any = _parameters(func)
-        missing = [k for k in self.REQUIRED if k not in names and not takes_any]
-        if missing:
-            raise TypeError(
-                f"external_transition {self.name!r} must accept the keywords {list(self.REQUIRED)} (or **kwargs); it "
-                f"lacks {missing}. Its signature is {self.name}{inspect.signature(func)}."
-            )
+        signature = inspect.signature(func)
+        names, _ = _parameters(func)
+        self.by_name = set(self.REQUIRED) <= names
+        convention = (
+            f"external_transition {self.name!r}{signature} must take (prompt, agent_completions, num_agents): by "
+            "these names, in any order, or as its first three positional parameters"
+        )
+        if not self.by_name:
+            positional = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY,
+                                                                                      p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+            misplaced = [k for i, k in enumerate(self.REQUIRED) if k in names and positional.index(k) != i]
+            if misplaced:
+                raise TypeError(f"{convention}; it names {misplaced} at another position.")
+        history = _pick_keywords(func, dict.fromkeys([*self.HISTORY, *columns]))
+        args, keywords = self._arguments(None, None, history)
+        try:
+            signature.bind(*args, **keywords)
+        except TypeError as err:
+            raise TypeError(f"{convention}, plus the history keywords it names ({err}).") from None
+
+    def _arguments(self, prompt, agent_completions, history: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """(positional, keyword) arguments of one call, by this function's binding rule."""
+        required = (prompt, agent_completions, self.num_agents)
+        keywords = _pick_keywords(self.func, history)
+        if self.by_name:
+            return (), {**dict(zip(self.REQUIRED, required)), **keywords}
+        return required, {k: v for k, v in keywords.items() if k not in self.REQUIRED}
 
     def __call__(self, prompt, agent_completions: list[str], turn: int, history: dict[str, Any]) -> list:
-        keywords = {"prompt": prompt, "agent_completions": agent_completions, "num_agents": self.num_agents}
-        keywords.update(_pick_keywords(self.func, {**history, "turn": turn}))
-        result = _run(self.func(**keywords))
+        args, keywords = self._arguments(prompt, agent_completions, {**history, "turn": turn})
+        result = _run(self.func(*args, **keywords))
         return check_prompts(self.name, result, self.num_agents, turn, self.conversational)
 
 
@@ -152,13 +174,22 @@ def check_prompts(name: str, result: Any, num_agents: int, turn: int, conversati
             f"Got: {_short(result)}."
         )
     for i, p in enumerate(result):
-        is_messages = isinstance(p, list) and all(isinstance(m, dict) and "content" in m for m in p)
-        if not (isinstance(p, str) or is_messages):
-            raise TypeError(
-                f"{where} returned a {type(p).__name__} for agent {i}; each prompt must be a string"
-                f"{' or a list of chat messages' if conversational else ''}. Got: {_short(p)}."
-            )
+        check_prompt(f"{where}, agent {i}'s prompt", p, conversational)
     return result
+
+
+def check_prompt(where: str, prompt: Any, conversational: bool) -> None:
+    """One agent's prompt: a non-blank string, or a non-empty list of chat messages (a blank prompt would reach
+    `generate` with no token at all)."""
+    is_messages = isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt)
+    if not (isinstance(prompt, str) or is_messages):
+        raise TypeError(
+            f"{where} is a {type(prompt).__name__}; it must be a string"
+            f"{' or a list of chat messages' if conversational else ''}. Got: {_short(prompt)}."
+        )
+    blank = not prompt.strip() if isinstance(prompt, str) else not any(str(m["content"]).strip() for m in prompt)
+    if blank:
+        raise ValueError(f"{where} is empty ({_short(prompt)}); give every agent a prompt with some text.")
 
 
 def _short(value: Any, limit: int = 200) -> str:

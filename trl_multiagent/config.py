@@ -74,6 +74,7 @@ class MAGRPOConfig(GRPOConfig):
     >>> config = MAGRPOConfig(num_turns=2, num_generations=4, max_new_tokens=64, early_termination_threshold=0.9)
     >>> config.max_completion_length
     64
+
     ```
     """
 

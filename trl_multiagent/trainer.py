@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase, TrainerState
 from transformers.trainer import TRAINING_ARGS_NAME
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
@@ -22,7 +22,7 @@ from trl.trainer.utils import add_fused_lm_head, pad
 from . import checkpoint
 from .assembly import build_team, plan_team
 from .batching import agent_rows, length_chunks, pad_rows, split_micro_batches
-from .callables import JointReward, Transition
+from .callables import JointReward, Transition, check_prompt
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .generation import build_generator
@@ -121,29 +121,32 @@ class MAGRPOTrainer(GRPOTrainer):
         funcs = reward_funcs if reward_funcs is not None else reward_func
         funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
-        self.joint_reward = JointReward(funcs, args.reward_weights, n, [c for c in columns if c != "prompt"])
+        columns = [c for c in columns if c != "prompt"]
+        self.joint_reward = JointReward(funcs, args.reward_weights, n, columns)
         if formatters is not None and len(formatters) != n:
             raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
         self.formatters = list(formatters) if formatters is not None else None
         for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            columns = getattr(dataset, "column_names", None)
-            if formatters is None and columns is not None and "prompt" not in columns:
-                raise ValueError(
-                    f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
-                    "`formatters=` to build each agent's prompt from a row."
-                )
+            _check_dataset(name, dataset, formatters is not None)
         if args.num_turns > 1 and external_transition is None:
             raise ValueError(
                 f"MAGRPOTrainer: num_turns={args.num_turns} needs `external_transition` to write the next prompts."
             )
         conversational = _is_conversational_dataset(train_dataset if train_dataset is not None else eval_dataset)
         self.transition = (
-            Transition(external_transition, n, conversational) if external_transition is not None else None
+            Transition(external_transition, n, conversational, columns) if external_transition is not None else None
         )
+        self.num_agents = n
+        if train_dataset is not None:
+            first_row = next(iter(train_dataset), None)
+            if first_row is None:
+                raise ValueError("MAGRPOTrainer: train_dataset is empty (no row); it needs at least one prompt.")
+            if args.check_functions_before_training:  # still before any model is loaded
+                self._check_user_functions(first_row, args.num_turns)
 
         built = build_team(plan, args.model_init_kwargs)
         self.team, self.tokenizers, self.agent_eos_token_ids = built.team, built.tokenizers, built.eos_token_ids
-        self.num_agents, self.trainable_agents = n, plan.trainable
+        self.trainable_agents = plan.trainable
 
         # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
         # reference and the team's engines are built below instead.
@@ -174,8 +177,7 @@ class MAGRPOTrainer(GRPOTrainer):
 
         self.generator = build_generator(self)
         self._update_seconds, self._update_tokens = 0.0, 0
-        if args.check_functions_before_training and train_dataset is not None:
-            self._check_user_functions(next(iter(train_dataset)))
+
 
     # ------------------------------------------------------------------ set-up helpers
 
@@ -188,13 +190,13 @@ class MAGRPOTrainer(GRPOTrainer):
             return prepare_deepspeed(reference, self.accelerator)  # sharded like the policy under ZeRO-3
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
 
-    def _check_user_functions(self, row: dict) -> None:
+    def _check_user_functions(self, row: dict, num_turns: int) -> None:
         """Call the reward and the transition once with placeholder answers, before any generation."""
         prompts = self._first_prompts(row)
         answers = [[PLACEHOLDER_ANSWER] for _ in range(self.num_agents)]
         keywords = self._reward_keywords([row], [prompts], turn=1)
         self.joint_reward(answers, 1, keywords)
-        if self.transition is not None and self.args.num_turns > 1:
+        if self.transition is not None and num_turns > 1:
             history = {
                 "prompt_history_per_agent": [[p] for p in prompts],
                 "response_history_per_agent": answers,
@@ -206,9 +208,13 @@ class MAGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ rollout
 
     def _first_prompts(self, row: dict) -> list:
-        if self.formatters is not None:
-            return [f(row) for f in self.formatters]
-        return [row["prompt"]] * self.num_agents
+        if self.formatters is None:
+            check_prompt(f"The dataset row {_short_row(row)}'s 'prompt'", row["prompt"], conversational=True)
+            return [row["prompt"]] * self.num_agents
+        prompts = [f(row) for f in self.formatters]
+        for i, prompt in enumerate(prompts):
+            check_prompt(f"formatters[{i}] (agent {i}) on the row {_short_row(row)}: its result", prompt, True)
+        return prompts
 
     def _generate(self, agent: int, prompts: list, num_generations: int) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend."""
@@ -223,7 +229,8 @@ class MAGRPOTrainer(GRPOTrainer):
     def _reward_keywords(self, rows: list[dict], prompts: list[list], turn: int) -> dict[str, Any]:
         """Keywords a joint reward may take: per-agent prompts, the dataset columns, and the trainer state."""
         keywords = {"prompts": [[p[i] for p in prompts] for i in range(self.num_agents)]}
-        keywords["trainer_state"] = self.state if hasattr(self, "state") else None
+        # A fresh state for the placeholder call made before the Trainer exists.
+        keywords["trainer_state"] = self.state if hasattr(self, "state") else TrainerState()
         for key in rows[0]:
             if key not in ("prompt", "turn", "prompts", "trainer_state"):
                 keywords[key] = [row.get(key) for row in rows]
@@ -570,7 +577,32 @@ class MAGRPOTrainer(GRPOTrainer):
 def _is_conversational_dataset(dataset) -> bool:
     if dataset is None or "prompt" not in (getattr(dataset, "column_names", None) or []):
         return False
-    return is_conversational(next(iter(dataset)))
+    first = next(iter(dataset), None)
+    return first is not None and is_conversational(first)
+
+
+def _check_dataset(name: str, dataset, has_formatters: bool) -> None:
+    """Before anything is loaded: the dataset has rows, a 'prompt' column (or formatters), and no blank prompt."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:  # no dataset, or an iterable one: its rows are checked as they are read
+        return
+    if isinstance(dataset, Dataset) and len(dataset) == 0:
+        raise ValueError(f"MAGRPOTrainer: {name} is empty (0 rows); it needs at least one prompt.")
+    if "prompt" not in columns:
+        if has_formatters:
+            return
+        raise ValueError(
+            f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
+            "`formatters=` to build each agent's prompt from a row."
+        )
+    if isinstance(dataset, Dataset) and not has_formatters:
+        for index, prompt in enumerate(dataset["prompt"]):
+            check_prompt(f"MAGRPOTrainer: {name} row {index}'s 'prompt'", prompt, conversational=True)
+
+
+def _short_row(row: dict, limit: int = 120) -> str:
+    text = repr(row)
+    return text if len(text) <= limit else text[:limit] + "...}"
 
 
 def _columns(row: dict) -> dict:

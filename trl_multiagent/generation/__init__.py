@@ -17,6 +17,7 @@ def build_generator(trainer) -> Generator:
         "tokenizers": trainer.tokenizers,
         "eos_token_ids": trainer.agent_eos_token_ids,
         "chat_template_kwargs": trainer.chat_template_kwargs,
+        "vocab_sizes": [trainer.team.agent(i).config.get_text_config().vocab_size for i in range(trainer.num_agents)],
     }
     if not args.use_vllm:
         return TransformersGenerator(

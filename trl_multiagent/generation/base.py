@@ -56,10 +56,14 @@ class Sampling:
 class Generator:
     """Samples completions for one agent at a time; subclasses implement `_sample` (and `sync_weights`)."""
 
-    def __init__(self, tokenizers: list, eos_token_ids: list[list[int]], chat_template_kwargs: dict | None = None):
+    def __init__(
+        self, tokenizers: list, eos_token_ids: list[list[int]], chat_template_kwargs: dict | None = None,
+        vocab_sizes: list[int] | None = None,
+    ):  # fmt: skip
         self.tokenizers = tokenizers
         self.eos_token_ids = eos_token_ids
         self.chat_template_kwargs = chat_template_kwargs or {}
+        self.vocab_sizes = vocab_sizes  # per agent, the size of its embedding: token ids must stay below it
 
     def tokenize(self, agent: int, prompts: list) -> list[list[int]]:
         tok = self.tokenizers[agent]
@@ -68,8 +72,18 @@ class Generator:
                 conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
                 **self.chat_template_kwargs,
             )  # fmt: skip
-            return [list(ids) for ids in out["input_ids"]]
-        return tok(text=prompts)["input_ids"]
+            ids = [list(ids) for ids in out["input_ids"]]
+        else:
+            ids = tok(text=prompts)["input_ids"]
+        if self.vocab_sizes is not None:
+            largest = max((max(row) for row in ids if row), default=-1)
+            if largest >= self.vocab_sizes[agent]:
+                raise ValueError(
+                    f"MAGRPOTrainer: agent {agent}'s tokenizer produced token id {largest}, but the agent's vocabulary "
+                    f"has {self.vocab_sizes[agent]} entries: the tokenizer does not belong to this model. Pass one "
+                    "tokenizer per agent (`tokenizer=[...]`), in the order of `agents`."
+                )
+        return ids
 
     def generate(self, agent: int, prompts: list, num_generations: int, greedy: bool = False) -> Generation:
         """K completions per prompt, prompt-major, each cut after its first EOS (as GRPOTrainer does)."""

@@ -22,10 +22,11 @@ class TransformersGenerator(Generator):
     """
 
     def __init__(
-        self, *, tokenizers, eos_token_ids, chat_template_kwargs, wrapped_model: Callable[[], torch.nn.Module],
-        accelerator, generation_kwargs: dict, args, zero3: bool, share_prompts: bool,
+        self, *, tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes,
+        wrapped_model: Callable[[], torch.nn.Module], accelerator, generation_kwargs: dict, args, zero3: bool,
+        share_prompts: bool,
     ):  # fmt: skip
-        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs)
+        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
         self.wrapped_model = wrapped_model  # the Trainer re-wraps its model when training starts (DeepSpeed)
         self.accelerator = accelerator
         self.args = args

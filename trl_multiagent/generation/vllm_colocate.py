@@ -16,10 +16,12 @@ completions of every live node of the largest turn.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -87,7 +89,7 @@ class VLLMColocateGenerator(Generator):
         self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, args, accelerator, trainable: list[int],
         zero3: bool,
     ):  # fmt: skip
-        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs)
+        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
         from vllm import LLM
 
         check_adapters_servable(team)
@@ -138,6 +140,10 @@ class VLLMColocateGenerator(Generator):
         self.engine_of = {agent: engine for engine in self.engines for agent in engine.agents}
         self._synced_step = None  # nothing pushed yet: the first sync pushes every agent
         self._lora_ids = 0
+        # Shut the engines down before vLLM's own exit hooks would, one engine at a time (see `close`); a weak
+        # reference, so that the hook does not keep the engines alive.
+        alive = weakref.ref(self)
+        atexit.register(lambda: alive() is not None and alive().close())
         accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ building
@@ -256,6 +262,16 @@ class VLLMColocateGenerator(Generator):
             shutil.rmtree(os.path.dirname(previous.lora_path) if name != "default" else previous.lora_path)
 
     def close(self) -> None:
+        """Shut every engine down and free its memory; the generator cannot generate afterwards."""
+        for engine in self.engines:
+            shutdown = getattr(engine.llm.llm_engine.engine_core, "_finalizer", None)  # vLLM's own, runs once
+            try:
+                if shutdown is not None:
+                    shutdown()
+            except (ValueError, RuntimeError):
+                # The engines of one process share vLLM's process groups: the first shutdown destroyed them, and the
+                # next one's destroy fails ("Invalid process group specified"). Nothing is left to release.
+                pass
         self.engines.clear()
         self.engine_of.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -18,7 +18,7 @@ class VLLMServerGenerator(Generator):
         self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, args, accelerator, trainable: list[int],
         zero3: bool,
     ):  # fmt: skip
-        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs)
+        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
         from trl.generation import vllm_client
         self.team, self.accelerator, self.trainable, self.zero3 = team, accelerator, set(trainable), zero3
         self.sampling = Sampling.from_config(args)
