@@ -106,18 +106,25 @@ def assert_same_rows(a, b):
 # ---------------------------------------------------------------------- greedy agreement
 
 
-def test_full_model_team_greedy_equals_transformers_at_both_turns(tmp_path):
+@pytest.mark.parametrize("team", ["llama-pair", "llama-qwen2"])
+def test_full_model_team_greedy_equals_transformers_at_both_turns(tmp_path, team):
     tok = make_tokenizer()
-    agents = [vllm_model(tok, seed=i) for i in range(2)]
+    if team == "llama-pair":
+        agents, tokenizers = [vllm_model(tok, seed=i) for i in range(2)], tok
+    else:  # a heterogeneous team: another architecture, vocabulary and tokenizer for agent 1
+        tok_b = make_tokenizer(300)
+        agents = [vllm_model(tok), make_model(tok_b, seed=1, hidden=64, heads=2, arch="qwen2")]
+        tokenizers = [tok, tok_b]
     # A second EOS that agent 0 emits early: stopping on an agent's own EOS tokens is part of what must agree.
     probe = agents[0].generate(torch.tensor([tok(SEED_PROMPTS[0])["input_ids"]]), max_new_tokens=6, do_sample=False)
     extra_eos = int(probe[0, -3])
     agents[0].generation_config.eos_token_id = [tok.eos_token_id, extra_eos]
     prompts, k = SEED_PROMPTS[:2], 2
     common = {"eval_do_sample": False, "num_generations_eval": k}
-    with trainer_for(tmp_path / "hf", {**common, "use_vllm": False}, agents=copy.deepcopy(agents), tokenizer=tok) as hf:
+    hf_agents = copy.deepcopy(agents)
+    with trainer_for(tmp_path / "hf", {**common, "use_vllm": False}, agents=hf_agents, tokenizer=tokenizers) as hf:
         expected = eval_rollout(hf, prompts, k)
-    with trainer_for(tmp_path / "vllm", common, agents=agents, tokenizer=tok) as trainer:
+    with trainer_for(tmp_path / "vllm", common, agents=agents, tokenizer=tokenizers) as trainer:
         assert len(trainer.generator.engines) == 2
         got = eval_rollout(trainer, prompts, k)
 

@@ -86,8 +86,8 @@ def max_turn_sequences(args, num_agents: int) -> int:
 
 class VLLMColocateGenerator(Generator):
     def __init__(
-        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, args, accelerator, trainable: list[int],
-        zero3: bool,
+        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes, args, accelerator,
+        trainable: list[int], zero3: bool,
     ):  # fmt: skip
         super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
         from vllm import LLM

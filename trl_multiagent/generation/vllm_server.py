@@ -15,8 +15,8 @@ from .vllm_settings import server_base_urls
 
 class VLLMServerGenerator(Generator):
     def __init__(
-        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, args, accelerator, trainable: list[int],
-        zero3: bool,
+        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes, args, accelerator,
+        trainable: list[int], zero3: bool,
     ):  # fmt: skip
         super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
         from trl.generation import vllm_client
