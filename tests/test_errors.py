@@ -64,6 +64,9 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
         (dict(joint_mode="diagonal"), "joint_mode must be one of"),
         (dict(num_turns=0), "num_turns must be >= 1"),
         (dict(num_generations=3, per_device_train_batch_size=4), r"num_generations \(3\)"),
+        (dict(log_completions=True), "log_completions=True is not supported by MAGRPOTrainer"),
+        (dict(multi_objective_aggregation="normalize_then_sum"), "multi_objective_aggregation='normalize_then_sum' is"),
+        (dict(use_transformers_continuous_batching=True), "use_transformers_continuous_batching=True is not supported"),
     ],
 )
 def test_bad_config(kwargs, message):
@@ -239,3 +242,22 @@ def test_use_vllm_without_vllm_says_how_to_install(tmp_path, monkeypatch):
         MAGRPOConfig(output_dir=str(tmp_path), use_vllm=True)
     with pytest.raises(ValueError, match="vllm_mode must be one of \\('colocate', 'server'\\), got 'remote'"):
         MAGRPOConfig(output_dir=str(tmp_path), use_vllm=True, vllm_mode="remote")
+
+
+def test_shared_base_lora_with_modules_to_save_is_refused_before_loading(args):
+    from peft import LoraConfig
+
+    with pytest.raises(ValueError, match="a shared-base LoRA team cannot train `modules_to_save`"):
+        MAGRPOTrainer(model="no/such-model", num_agents=2, reward_func=length_ratio_reward,
+                      external_transition=length_feedback, args=args,
+                      peft_config=LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["lm_head"]))  # fmt: skip
+
+
+def test_share_prompts_fallback_is_said_once_naming_the_agent(tokenizer, args, data, caplog):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2))  # absolute positions
+    with caplog.at_level("WARNING"):
+        trainer = build(tokenizer, args, data, agents=[make_model(tokenizer), gpt2])
+    assert not trainer.share_prompts
+    assert "share_prompts=True, but agent(s) [1] cannot share" in caplog.text

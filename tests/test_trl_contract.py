@@ -7,6 +7,7 @@ import transformers
 import trl
 from packaging.version import Version
 from transformers import Trainer
+from transformers.trainer_utils import rotate_checkpoints
 from trl import GRPOTrainer
 from trl.models.utils import _unwrap_model_for_generation, disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head, pad
@@ -28,6 +29,14 @@ def test_overridden_methods_keep_their_signatures():
     assert params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
     assert params(Trainer._save) == ["self", "output_dir", "state_dict"]
     assert params(Trainer._load_from_checkpoint) == ["self", "resume_from_checkpoint", "model"]
+    assert params(Trainer._save_checkpoint) == ["self", "model", "trial"]
+    assert params(Trainer.train)[:3] == ["self", "resume_from_checkpoint", "trial"]
+    assert params(rotate_checkpoints) == [
+        "output_dir", "save_total_limit", "best_model_checkpoint", "use_mtime", "checkpoint_prefix",
+    ]  # fmt: skip
+    # The rotation inside Trainer._save_checkpoint is what MAGRPOTrainer defers until the completion marker.
+    assert "rotate_checkpoints(" in inspect.getsource(Trainer._save_checkpoint)
+    assert "save_total_limit=self.args.save_total_limit" in inspect.getsource(Trainer._save_checkpoint)
 
 
 def test_called_helpers_keep_their_signatures():

@@ -47,6 +47,13 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
     if any(not 0 <= i < n for i in trainable):
         raise ValueError(f"MAGRPOConfig.trainable_agents={trainable} names agents outside 0..{n - 1}.")
     shared_base = peft_configs is not None and model is not None
+    if shared_base and any(getattr(c, "modules_to_save", None) for c in peft_configs):
+        raise ValueError(
+            "MAGRPOTrainer: a shared-base LoRA team cannot train `modules_to_save` (got "
+            f"{[getattr(c, 'modules_to_save', None) for c in peft_configs]}): those modules are copies outside the "
+            "LoRA layers, and acting as one agent would leave them on another's. Remove `modules_to_save`, or give "
+            "each agent its own base (`agents=[model_a, model_b]`)."
+        )
     return TeamPlan(
         specs=specs[:1] if shared_base else specs,  # a shared base is loaded once; the agents are its adapters
         num_agents=n,

@@ -23,6 +23,7 @@ import asyncio
 import inspect
 import math
 import numbers
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,9 +44,26 @@ def _pick_keywords(func: Callable, available: dict[str, Any]) -> dict[str, Any]:
     return dict(available) if takes_any else {k: v for k, v in available.items() if k in names}
 
 
+_loop: asyncio.AbstractEventLoop | None = None
+
+
 def _run(result):
-    # An async reward or transition is awaited to completion here; the trainer's own loop is synchronous.
-    return asyncio.run(result) if inspect.isawaitable(result) else result
+    """The value of a sync or async user function's result.
+
+    An awaitable runs to completion on one long-lived event loop in a background thread (as TRL runs async rewards),
+    so that it works when the caller already runs a loop (a Jupyter notebook) and keeps its clients across calls.
+    """
+    if not inspect.isawaitable(result):
+        return result
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+        threading.Thread(target=_loop.run_forever, name="trl_multiagent-async", daemon=True).start()
+
+    async def wait():
+        return await result
+
+    return asyncio.run_coroutine_threadsafe(wait(), _loop).result()
 
 
 class JointReward:

@@ -1,13 +1,26 @@
-"""Where each agent lives in a saved run, and how its weights are read back on resume."""
+"""Where each agent lives in a saved run, how its weights are read back on resume, and which checkpoints are complete.
+
+The HF Trainer writes `checkpoint-N/` in place, file by file, and `get_last_checkpoint` takes the highest N whether or
+not its writing finished. A checkpoint here is complete once `COMPLETE_MARKER` is in it: written last, by the main
+process, after every process has finished writing its files. Resuming with `resume_from_checkpoint=True` takes the
+newest complete checkpoint.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 from safetensors.torch import load_file
 from transformers.trainer import load_sharded_checkpoint
-from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
+
+
+logger = logging.get_logger(__name__)
+
+COMPLETE_MARKER = "checkpoint_complete"
 
 
 def agent_dir(output_dir: str, index: int) -> str:
@@ -55,3 +68,50 @@ def load_adapter_weights(peft_model, folder: str, adapter_name: str) -> None:
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
         raise RuntimeError(f"Adapter {folder!r} does not match agent adapter {adapter_name!r}: unexpected {unexpected}.")
+
+
+def mark_complete(folder: str) -> None:
+    """Write the completion marker of a checkpoint whose files are all written (atomically: a rename)."""
+    partial = os.path.join(folder, f".{COMPLETE_MARKER}.partial")
+    with open(partial, "w") as f:
+        f.write("every process finished writing this checkpoint\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, os.path.join(folder, COMPLETE_MARKER))
+
+
+def is_complete(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, COMPLETE_MARKER))
+
+
+def checkpoints_by_step(output_dir: str) -> list[str]:
+    """The `checkpoint-N` folders of a run, newest first."""
+    pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+    found = [(int(m.group(1)), name) for name in os.listdir(output_dir) if (m := pattern.match(name))]
+    return [os.path.join(output_dir, name) for _, name in sorted(found, reverse=True)
+            if os.path.isdir(os.path.join(output_dir, name))]  # fmt: skip
+
+
+def resolve_resume(output_dir: str, resume_from_checkpoint: bool | str) -> str:
+    """The folder to resume from: the newest complete checkpoint for `True`, or the given one if it is complete.
+
+    Incomplete checkpoints (a run killed while writing them) are skipped and reported with their paths.
+    """
+    if resume_from_checkpoint is not True:
+        if not is_complete(resume_from_checkpoint):
+            raise ValueError(
+                f"MAGRPOTrainer: checkpoint {resume_from_checkpoint!r} is incomplete: it has no {COMPLETE_MARKER!r} "
+                "marker, which is written once every process has finished writing it (the run was probably stopped "
+                "while saving). Resume from an earlier checkpoint, or pass resume_from_checkpoint=True to take the "
+                "newest complete one."
+            )
+        return resume_from_checkpoint
+    folders = checkpoints_by_step(output_dir) if os.path.isdir(output_dir) else []
+    for folder in folders:
+        if is_complete(folder):
+            return folder
+        logger.warning(f"MAGRPOTrainer: skipping the incomplete checkpoint {folder} (no {COMPLETE_MARKER!r} marker).")
+    raise ValueError(
+        f"MAGRPOTrainer: resume_from_checkpoint=True, but {output_dir!r} holds no complete checkpoint"
+        + (f" (incomplete: {folders})." if folders else ".")
+    )

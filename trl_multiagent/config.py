@@ -6,10 +6,27 @@ import os
 from dataclasses import dataclass, field
 
 import torch
+from transformers.utils import logging
 from trl import GRPOConfig
 
 from .credit import JOINT_MODES
 from .generation.vllm_settings import check_vllm_config
+
+
+logger = logging.get_logger(__name__)
+
+# GRPOConfig fields that MAGRPOTrainer does not implement: refused when set, with what to do instead.
+UNSUPPORTED_FIELDS = {
+    "multi_objective_aggregation": (
+        "sum_then_normalize",
+        "the joint reward is the weighted sum of the reward functions, normalised per group afterwards",
+    ),
+    "log_completions": (False, "completions are not logged as a table yet; read them in your reward function"),
+    "use_transformers_continuous_batching": (
+        False,
+        "each agent already generates one batch per turn; `use_vllm=True` gives a faster engine",
+    ),
+}
 
 
 def _has_accelerator() -> bool:
@@ -143,10 +160,15 @@ class MAGRPOConfig(GRPOConfig):
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
             if self.bf16 is None:
                 self.bf16 = False
+                logger.info_once("MAGRPOConfig: no GPU, so bf16=False (TRL's default, True, would raise on a CPU).")
             uses_deepspeed = self.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true"
-            if not uses_deepspeed:
+            if not uses_deepspeed and not self.use_cpu:
                 # Without use_cpu, two CPU processes launched with torchrun silently train two independent copies.
                 self.use_cpu = True
+                logger.info_once(
+                    "MAGRPOConfig: no GPU, so use_cpu=True (without it, CPU processes launched together would train "
+                    "independent copies)."
+                )
             elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
                 self._configure_deepspeed_on_cpu()
         # Every agent runs a forward on every micro-step (inert rows fill in), so DDP need not search for unused
@@ -162,6 +184,12 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")
         if self.joint_mode not in JOINT_MODES:
             raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
+        for name, (default, instead) in UNSUPPORTED_FIELDS.items():
+            if getattr(self, name) != default:
+                raise ValueError(
+                    f"MAGRPOConfig: {name}={getattr(self, name)!r} is not supported by MAGRPOTrainer: {instead}. Leave "
+                    f"it at {default!r}."
+                )
         if self.use_vllm:
             check_vllm_config(self)
         if self.discount < 0:

@@ -14,6 +14,8 @@ from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase, TrainerState
 from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
@@ -33,6 +35,8 @@ from .prefix import shared_prompt_logps, supports_prompt_sharing, uses_reentrant
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .team import AgentTeam
 
+
+logger = logging.get_logger(__name__)
 
 PLACEHOLDER_ANSWER = "placeholder answer"
 
@@ -172,6 +176,13 @@ class MAGRPOTrainer(GRPOTrainer):
             base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
             add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
         self.share_prompts = args.share_prompts and all(supports_prompt_sharing(a) for a in self.team.agents)
+        if args.share_prompts and not self.share_prompts:
+            plain = [i for i in range(n) if not supports_prompt_sharing(self.team.agent(i))]
+            logger.warning_once(
+                f"MAGRPOTrainer: share_prompts=True, but agent(s) {plain} cannot share a prompt's keys and values (it "
+                "needs a rotary model with full attention whose forward takes a cache, and no prompt-learning "
+                "adapter); every agent uses the plain computation. The results are the same, only slower."
+            )
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
@@ -558,6 +569,32 @@ class MAGRPOTrainer(GRPOTrainer):
                 module = merged.merge_and_unload(adapter_names=[adapter] if adapter else None)
             module.save_pretrained(agent_dir)
             self.tokenizers[i].save_pretrained(agent_dir)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
+        if resume_from_checkpoint:
+            resume_from_checkpoint = checkpoint.resolve_resume(self.args.output_dir, resume_from_checkpoint)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's, then the completion marker once every process has written its files, then the rotation.
+
+        Rotating after the marker means `save_total_limit` never deletes a complete checkpoint while the newest one
+        is still being written.
+        """
+        save_total_limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = save_total_limit
+        run_dir = self._get_output_dir(trial=trial)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            checkpoint.mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
+            rotate_checkpoints(
+                output_dir=run_dir, save_total_limit=save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
+            )  # fmt: skip
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         team = self.accelerator.unwrap_model(model if model is not None else self.model)

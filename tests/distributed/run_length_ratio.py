@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import zlib
 
@@ -20,7 +21,7 @@ from datasets import Dataset  # noqa: E402
 from tiny import make_model, make_tokenizer  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint  # noqa: E402
 from trl_multiagent.rollout import Generation  # noqa: E402
 
 
@@ -49,6 +50,31 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
         return Generation(*(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions")))
 
 
+# Moments inside one checkpoint write: between the two agents' folders, after the agents before the optimizer, and
+# after every file but before the completion marker.
+KILL_POINTS = ("between_agents", "before_optimizer", "before_marker")
+
+
+def kill_while_saving(trainer, step, point):
+    """SIGKILL this process at `point` of the checkpoint of `step`, leaving that checkpoint as a kill would."""
+
+    def killing(original):
+        def wrapper(*args, **kwargs):
+            if trainer.state.global_step == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    if point == "between_agents":
+        agent = trainer.team.agent(1)
+        agent.save_pretrained = killing(agent.save_pretrained)
+    elif point == "before_optimizer":
+        trainer._save_optimizer_and_scheduler = killing(trainer._save_optimizer_and_scheduler)
+    else:
+        checkpoint.mark_complete = killing(checkpoint.mark_complete)
+
+
 def gathered(module, trainer):
     """Full parameters under ZeRO-3 (partitioned otherwise); a no-op elsewhere."""
     if trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
@@ -70,6 +96,8 @@ def main():
     parser.add_argument("--per_prompt_seed", action="store_true")
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
+    parser.add_argument("--kill_at", type=int, default=None, help="SIGKILL this process while saving this step's checkpoint")
+    parser.add_argument("--kill_point", choices=KILL_POINTS, default="before_marker")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     cli = parser.parse_args()
 
@@ -114,7 +142,9 @@ def main():
             return out
 
         agent.generate = recording_generate
-    trainer.train(resume_from_checkpoint=cli.resume)
+    if cli.kill_at is not None:
+        kill_while_saving(trainer, cli.kill_at, cli.kill_point)
+    trainer.train(resume_from_checkpoint=True if cli.resume == "latest" else cli.resume)
     trainer.save_model(os.path.join(cli.output_dir, "final"))
     team = trainer.accelerator.unwrap_model(trainer.model)
     weights = {}

@@ -1,0 +1,42 @@
+"""Async user functions run on one long-lived loop, also when the caller already runs an event loop (Jupyter)."""
+
+import asyncio
+
+from trl_multiagent.callables import JointReward, Transition
+
+
+async def async_reward(completions1, completions2):
+    await asyncio.sleep(0)
+    return [float(len(a) + len(b)) for a, b in zip(completions1, completions2)]
+
+
+async def async_transition(prompt, agent_completions, num_agents):
+    await asyncio.sleep(0)
+    return [f"{prompt} / {answer}" for answer in agent_completions]
+
+
+def test_async_functions_run_inside_a_running_event_loop():
+    reward = JointReward([async_reward], None, num_agents=2)
+    transition = Transition(async_transition, num_agents=2, conversational=False)
+
+    async def notebook_cell():  # a running loop, as in Jupyter: asyncio.run() would refuse to nest
+        values, _ = reward([["ab", "c"], ["d", "efg"]], 1, {})
+        prompts = transition("task", ["x", "y"], 1, {})
+        return values, prompts
+
+    values, prompts = asyncio.run(notebook_cell())
+    assert values == [3.0, 4.0]
+    assert prompts == ["task / x", "task / y"]
+
+
+def test_async_functions_share_one_loop():
+    loops = []
+
+    async def recording(completions1, completions2):
+        loops.append(asyncio.get_running_loop())
+        return [0.0] * len(completions1)
+
+    reward = JointReward([recording], None, num_agents=2)
+    for _ in range(3):
+        reward([["a"], ["b"]], 1, {})
+    assert len(loops) == 3 and loops[0] is loops[1] is loops[2]

@@ -1,0 +1,52 @@
+"""Crash-safe checkpoints: a run SIGKILLed while writing a checkpoint resumes (`resume_from_checkpoint=True`) from the
+newest complete one and ends bit for bit where an uninterrupted run ends.
+
+Each run is tests/distributed/run_length_ratio.py in its own process (the tiny length-ratio task, a checkpoint every
+step, 4 steps inside the first epoch).
+"""
+
+import os
+
+import pytest
+import torch
+from test_distributed import assert_same, finished, launch
+
+from trl_multiagent import checkpoint
+
+
+STEPS = ("--max_steps", 4, "--save_steps", 1)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    _, (weights,) = finished(tmp_path_factory.mktemp("full"), *STEPS, nproc=1)
+    return weights
+
+
+@pytest.mark.parametrize("point", ["between_agents", "before_optimizer", "before_marker"])
+def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tmp_path, uninterrupted, point):
+    killed, _ = launch(tmp_path, *STEPS, "--kill_at", 3, "--kill_point", point, nproc=1)
+    assert killed.returncode == -9, killed.stderr[-3000:]  # SIGKILL, inside the checkpoint of step 3
+    assert [os.path.basename(c) for c in checkpoint.checkpoints_by_step(str(tmp_path))] == [
+        "checkpoint-3", "checkpoint-2", "checkpoint-1",
+    ]  # fmt: skip
+    assert not checkpoint.is_complete(str(tmp_path / "checkpoint-3"))
+    assert checkpoint.is_complete(str(tmp_path / "checkpoint-2"))
+
+    result, _ = launch(tmp_path, *STEPS, "--resume", "latest", nproc=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"skipping the incomplete checkpoint {tmp_path / 'checkpoint-3'}" in result.stderr
+    resumed = torch.load(tmp_path / "weights_rank0.pt")
+    assert_same(resumed, uninterrupted, rtol=0, atol=0)
+    assert checkpoint.is_complete(str(tmp_path / "checkpoint-4"))
+
+
+def test_an_incomplete_checkpoint_named_explicitly_is_refused(tmp_path):
+    folder = tmp_path / "checkpoint-7"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="checkpoint-7' is incomplete: it has no 'checkpoint_complete' marker"):
+        checkpoint.resolve_resume(str(tmp_path), str(folder))
+    with pytest.raises(ValueError, match="holds no complete checkpoint"):
+        checkpoint.resolve_resume(str(tmp_path), True)
+    checkpoint.mark_complete(str(folder))
+    assert checkpoint.resolve_resume(str(tmp_path), True) == str(folder)
