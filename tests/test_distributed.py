@@ -117,6 +117,15 @@ def test_failure_on_one_rank_stops_every_rank_quickly(tmp_path):
     assert seconds < 120
 
 
+def test_failure_in_generate_on_one_rank_stops_every_rank_quickly(tmp_path):
+    result, seconds = launch(tmp_path, "--max_steps", 2, "--fail_on_rank", 1, "--fail_in", "generate", timeout=300)
+    assert result.returncode != 0
+    log = result.stdout + result.stderr
+    assert "[rank1]: RuntimeError: generate failure on rank 1" in log
+    assert "the rollout failed on process(es) [1]: {1: 'RuntimeError: generate failure on rank 1'}" in log
+    assert seconds < 60
+
+
 @pytest.fixture(scope="module")
 def ddp_reference(tmp_path_factory):
     """Two DDP steps of the worker, the reference the ZeRO runs must match."""

@@ -118,8 +118,8 @@ def run_rollout(
         generate: ``generate(agent, prompts)`` samples K completions for each prompt with one batched call.
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
         transition: ``transition(turn, tree, action_id)`` returns the next prompt of each agent.
-        sync: called at the end of every turn with whether this process has live nodes and the error its reward or
-            transition raised (or None); returns whether to run another turn, and raises if any process failed.
+        sync: called at the end of every turn with whether this process has live nodes and the error its generation,
+            reward or transition raised (or None); returns whether to run another turn, and raises if any process failed.
             Distributed training makes it agree across processes, so that every rank runs the same number of
             `generate` calls (a rank without live nodes then calls `generate` with no prompts) and a failure on one
             rank stops every rank at once instead of leaving them waiting in a collective. By default: re-raise the
@@ -134,31 +134,37 @@ def run_rollout(
         live.append(len(tree.nodes) - 1)
 
     for turn in range(1, num_turns + 1):
-        for agent in range(num_agents):
-            gen = generate(agent, [tree.nodes[n].prompts[agent] for n in live])
-            for j, n in enumerate(live):
-                node = tree.nodes[n]
-                node.prompt_ids.append(gen.prompt_ids[j])
-                span = slice(j * num_generations, (j + 1) * num_generations)
-                node.completion_ids.append(gen.completion_ids[span])
-                node.completions.append(gen.completions[span])
-                if gen.sampling_logps is not None:
-                    node.sampling_logps.append(gen.sampling_logps[span])
-
-        new_actions = []
-        for n in live:
-            for choice in choices:
-                tree.joint_actions.append(JointAction(node=n, choice=choice))
-                tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
-                new_actions.append(len(tree.joint_actions) - 1)
+        # A failure in this turn's generation, reward or transition is handed to `sync`, which re-raises it here and
+        # stops the other processes too, instead of leaving them waiting in the next collective.
         try:
+            for agent in range(num_agents):
+                _add_generation(tree, live, agent, generate(agent, [tree.nodes[n].prompts[agent] for n in live]),
+                                num_generations)  # fmt: skip
+            new_actions = []
+            for n in live:
+                for choice in choices:
+                    tree.joint_actions.append(JointAction(node=n, choice=choice))
+                    tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
+                    new_actions.append(len(tree.joint_actions) - 1)
             live = _score_and_expand(tree, live, new_actions, turn, num_turns, termination_threshold, score, transition)
             error = None
-        except Exception as err:  # handed to `sync`, which re-raises it here and stops the other processes too
+        except Exception as err:
             error, live = err, []
         if not sync(bool(live), error) or turn == num_turns:
             break
     return tree
+
+
+def _add_generation(tree: RolloutTree, live: list[int], agent: int, gen: Generation, num_generations: int) -> None:
+    """Store one agent's completions (K per live node, prompt-major) in their nodes."""
+    for j, n in enumerate(live):
+        node = tree.nodes[n]
+        node.prompt_ids.append(gen.prompt_ids[j])
+        span = slice(j * num_generations, (j + 1) * num_generations)
+        node.completion_ids.append(gen.completion_ids[span])
+        node.completions.append(gen.completions[span])
+        if gen.sampling_logps is not None:
+            node.sampling_logps.append(gen.sampling_logps[span])
 
 
 def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score, transition) -> list[int]:

@@ -93,6 +93,8 @@ def main():
     parser.add_argument("--resume", default=None)
     parser.add_argument("--deepspeed", default=None)
     parser.add_argument("--fail_on_rank", type=int, default=-1)
+    parser.add_argument("--fail_in", choices=["transition", "generate"], default="transition",
+                        help="with --fail_on_rank: where that rank raises (generate: at turn 2)")  # fmt: skip
     parser.add_argument("--per_prompt_seed", action="store_true")
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
@@ -113,7 +115,7 @@ def main():
     rank = int(os.environ.get("RANK", "0"))
 
     def feedback(prompt, agent_completions, num_agents, **history):
-        if rank == cli.fail_on_rank:
+        if rank == cli.fail_on_rank and cli.fail_in == "transition":
             raise RuntimeError(f"transition failure on rank {rank}")
         return length_feedback(prompt, agent_completions, num_agents, **history)
 
@@ -142,6 +144,15 @@ def main():
             return out
 
         agent.generate = recording_generate
+    if rank == cli.fail_on_rank and cli.fail_in == "generate":
+        generate = trainer._generate
+
+        def failing_generate(agent, prompts, num_generations):
+            if any("Your last answer had" in str(p) for p in prompts):  # a turn-2 prompt
+                raise RuntimeError(f"generate failure on rank {rank}")
+            return generate(agent, prompts, num_generations)
+
+        trainer._generate = failing_generate
     if cli.kill_at is not None:
         kill_while_saving(trainer, cli.kill_at, cli.kill_point)
     trainer.train(resume_from_checkpoint=True if cli.resume == "latest" else cli.resume)
