@@ -151,6 +151,25 @@ def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
         assert min(others) > 0
 
 
+@pytest.fixture(scope="module")
+def shared_lora_ddp(tmp_path_factory):
+    info, weights = finished(tmp_path_factory.mktemp("lora-ddp"), "--max_steps", 2, "--shared_lora")
+    assert info["num_processes"] == 2
+    assert_same(weights[0], weights[1], rtol=0, atol=0)
+    return weights[0]
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_shared_base_lora_under_zero_matches_ddp(tmp_path, stage, shared_lora_ddp):
+    config = os.path.join(DS_CONFIGS, f"ds_zero{stage}.json")
+    info, weights = finished(tmp_path, "--max_steps", 2, "--shared_lora", "--deepspeed", config)
+    assert info["distributed_type"] == "DistributedType.DEEPSPEED" and info["num_processes"] == 2
+    assert_same(weights[0], weights[1], rtol=0, atol=0)
+    assert_same(weights[0], shared_lora_ddp, rtol=1e-5, atol=1e-5)
+    trained = [name for name in shared_lora_ddp if "lora_B" in name]
+    assert trained and all(shared_lora_ddp[name].abs().max() > 0 for name in trained)  # both adapters moved
+
+
 def test_zero3_resume_matches_uninterrupted(tmp_path):
     pytest.importorskip("deepspeed")
     zero3 = ("--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"), "--max_steps", 4, "--save_steps", 2)

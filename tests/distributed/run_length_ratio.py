@@ -98,6 +98,7 @@ def main():
     parser.add_argument("--per_prompt_seed", action="store_true")
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
+    parser.add_argument("--shared_lora", action="store_true", help="one base model with a LoRA adapter per agent")
     parser.add_argument("--kill_at", type=int, default=None, help="SIGKILL this process while saving this step's checkpoint")
     parser.add_argument("--kill_point", choices=KILL_POINTS, default="before_marker")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
@@ -120,9 +121,17 @@ def main():
         return length_feedback(prompt, agent_completions, num_agents, **history)
 
     trainer_class = PerPromptSeededTrainer if cli.per_prompt_seed else MAGRPOTrainer
+    # vLLM's CPU attention needs a head size of at least 32.
+    size = {"hidden": 64, "heads": 2} if cli.use_vllm else {}
+    if cli.shared_lora:  # one base, one LoRA adapter per agent
+        from peft import LoraConfig
+
+        team = {"model": make_model(tokenizer, seed=0, **size), "num_agents": 2,
+                "peft_config": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"])}  # fmt: skip
+    else:
+        team = {"agents": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
     trainer = trainer_class(
-        # vLLM's CPU attention needs a head size of at least 32.
-        agents=[make_model(tokenizer, seed=i, **({"hidden": 64, "heads": 2} if cli.use_vllm else {})) for i in range(2)],
+        **team,
         tokenizer=tokenizer,
         reward_func=length_ratio_reward, external_transition=feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}), args=args,
