@@ -50,3 +50,13 @@ def test_an_incomplete_checkpoint_named_explicitly_is_refused(tmp_path):
         checkpoint.resolve_resume(str(tmp_path), True)
     checkpoint.mark_complete(str(folder))
     assert checkpoint.resolve_resume(str(tmp_path), True) == str(folder)
+
+
+@pytest.mark.parametrize("checkpoint_step", [4, 5], ids=["epoch-boundary", "mid-epoch-2"])
+def test_resume_with_shuffling_in_the_second_epoch_equals_an_uninterrupted_run(tmp_path, checkpoint_step):
+    # 8 prompts, 2 per step: 4 steps per epoch; 6 steps end in the middle of epoch 2.
+    steps = ("--max_steps", 6, "--save_steps", 1, "--shuffle")
+    _, (full,) = finished(tmp_path / "full", *steps, nproc=1)
+    resume = tmp_path / "full" / f"checkpoint-{checkpoint_step}"
+    _, (resumed,) = finished(tmp_path / "resumed", *steps, "--resume", resume, nproc=1)
+    assert_same(resumed, full, rtol=0, atol=0)

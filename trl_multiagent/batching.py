@@ -9,6 +9,7 @@ pad tokens and lengths differ.
 from __future__ import annotations
 
 import torch
+from torch.utils.data import Sampler
 from trl.trainer.utils import pad
 
 
@@ -153,3 +154,27 @@ def length_chunks(
         keep = max(int(completion_len[rows].max()), 1)  # TRL slices with -logits_to_keep, which must not be 0
         chunks.append((rows, int(prompt_start[rows].min()), keep))
     return chunks
+
+
+class EpochSeededSampler(Sampler):
+    """TRL's `RepeatSampler`, with each epoch's order drawn from `seed + epoch`.
+
+    `RepeatSampler` seeds its generator once and advances it every epoch, so a run resumed at epoch e (a fresh
+    generator) would see epoch 0's order again. The Trainer calls `set_epoch` before each epoch, resumed or not, so
+    here every epoch's order depends on the epoch alone.
+    """
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        if self.sampler.shuffle and self.sampler.seed is not None:
+            self.sampler.generator.manual_seed(self.sampler.seed + self.epoch)
+        return iter(self.sampler)

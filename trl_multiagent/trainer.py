@@ -23,7 +23,7 @@ from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint
 from .assembly import build_team, plan_team
-from .batching import agent_rows, length_chunks, pad_rows, split_micro_batches
+from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
 from .callables import JointReward, Transition, check_prompt
 from .config import MAGRPOConfig
 from .credit import group_advantages
@@ -471,6 +471,10 @@ class MAGRPOTrainer(GRPOTrainer):
             rows.append(chunk)
         inverse = torch.argsort(torch.cat(rows))
         return torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if compute_entropy else None, None
+
+    def _get_train_sampler(self, dataset=None):
+        """GRPOTrainer's sampler, with each epoch's prompt order seeded by the epoch: a resumed run sees the same order."""
+        return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _prepare_inputs(self, generation_batch):
         """As GRPOTrainer's, but each agent's rows are split so that every micro-batch holds every agent."""
