@@ -204,11 +204,18 @@ def test_lora_sync_pushes_only_adapters(tmp_path):
         assert len(logged) == 2 and all(e["sampling/sampling_logp_difference/max"] < 1e-4 for e in logged)
 
 
-def test_prompt_longer_than_the_engine_allows_names_the_agent(tmp_path):
+def test_prompts_are_shortened_to_fit_the_engine_or_refused_naming_the_agent(tmp_path):
     tok = make_tokenizer()
     agents = [vllm_model(tok, seed=i) for i in range(2)]
-    # Turn-1 prompts fit in 32 tokens with the 12 new ones; the feedback prompts of turn 2 do not.
-    with trainer_for(tmp_path, {"vllm_max_model_length": 32}, agents=agents, tokenizer=tok) as trainer:
+    # Turn-1 prompts fit in 32 tokens with the 12 new ones; the feedback prompts of turn 2 do not. By default they
+    # keep their last 20 tokens.
+    with trainer_for(tmp_path / "fit", {"vllm_max_model_length": 32}, agents=agents, tokenizer=tok) as trainer:
+        trainer.train()
+        assert all(rows["prompt_ids"].size(1) <= 20 for rows in trainer._buffered_inputs[0])
+        assert trainer.state.log_history[0]["prompts/truncated"] == 2 * 8  # both agents' turn-2 prompts
+    # An explicit max_prompt_length the engine cannot hold is refused with the agent's index.
+    overrides = {"vllm_max_model_length": 32, "max_prompt_length": 100}
+    with trainer_for(tmp_path / "refuse", overrides, agents=agents, tokenizer=tok) as trainer:
         with pytest.raises(ValueError, match=r"agent 0 got a \d+-token prompt; with max_completion_length=12 it "
                            r"exceeds the engine's max_model_len=32"):  # fmt: skip
             trainer.train()

@@ -73,6 +73,14 @@ class MAGRPOConfig(GRPOConfig):
             adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
             beams, several sequences per row or a `cache_implementation`.
 
+        max_prompt_length (`int` or `None`, *optional*):
+            Longest prompt, in tokens, an agent is given; prompts grow over the turns as the transition adds feedback.
+            A longer text prompt keeps its last tokens (the newest feedback, and its BOS token); a longer chat prompt
+            drops its oldest messages after the first user turn (the task), since cutting tokens out of a chat
+            template breaks it. `None` (default): the agent's `max_position_embeddings` (or `vllm_max_model_length`
+            when smaller) minus `max_completion_length`, so that no prompt runs past the positions the model was
+            trained on. Logged as
+            `prompts/truncated` (prompts shortened in the generation batch).
         vllm_server_base_urls (`list[str]` or `None`, *optional*):
             With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
             with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
@@ -147,6 +155,15 @@ class MAGRPOConfig(GRPOConfig):
         },
     )
 
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Longest prompt (tokens) an agent is given. A longer text prompt keeps its last tokens (the newest "
+            "feedback); a longer chat prompt drops its oldest messages after the first user turn. None: the agent's "
+            "max_position_embeddings (or vllm_max_model_length) minus max_completion_length. The count is logged as "
+            "`prompts/truncated`."
+        },
+    )
     vllm_server_base_urls: list[str] | None = field(
         default=None,
         metadata={
@@ -192,6 +209,8 @@ class MAGRPOConfig(GRPOConfig):
                 )
         if self.use_vllm:
             check_vllm_config(self)
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(f"MAGRPOConfig: max_prompt_length must be >= 1 or None, got {self.max_prompt_length}.")
         if self.discount < 0:
             raise ValueError(f"MAGRPOConfig: discount must be >= 0, got {self.discount}.")
         # Trees grow from whole prompts on one process: a process's generation batch must hold whole groups.

@@ -294,6 +294,7 @@ class MAGRPOTrainer(GRPOTrainer):
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         self._phase_time = dict.fromkeys(("sync", "generate", "reward", "transition", "logps"), 0.0)
         self._generated_tokens = 0
+        self.generator.truncated_prompts = 0
         start = time.perf_counter()
         self.generator.sync_weights(self.state.global_step)  # only after the weights changed
         self._phase_time["sync"] = time.perf_counter() - start
@@ -424,6 +425,8 @@ class MAGRPOTrainer(GRPOTrainer):
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         for phase, seconds in self._phase_time.items():
             self._metrics[mode][f"timing/{phase}_s"].append(seconds)
+        truncated = torch.tensor(self.generator.truncated_prompts, device=self.accelerator.device)
+        self._metrics[mode]["prompts/truncated"].append(int(self.accelerator.gather(truncated).sum()))
         if self._phase_time["generate"] > 0:
             throughput = self._generated_tokens / self._phase_time["generate"]
             self._metrics[mode]["throughput/generate_tokens_per_s"].append(throughput)

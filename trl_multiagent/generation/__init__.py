@@ -10,14 +10,27 @@ from .hf import TransformersGenerator
 __all__ = ["Generator", "Sampling", "TransformersGenerator", "build_generator"]
 
 
+def max_prompt_length(args, model_config) -> int | None:
+    """`MAGRPOConfig.max_prompt_length`, or by default what the agent's context (and the vLLM engine's
+    `vllm_max_model_length`) leaves for the prompt once `max_completion_length` tokens are added."""
+    if args.max_prompt_length is not None:
+        return args.max_prompt_length
+    limits = [getattr(model_config, "max_position_embeddings", None)]
+    limits.append(args.vllm_max_model_length if args.use_vllm else None)
+    limits = [limit for limit in limits if limit is not None]
+    return max(min(limits) - args.max_completion_length, 1) if limits else None
+
+
 def build_generator(trainer) -> Generator:
     """The backend for a `MAGRPOTrainer`, from its config (`use_vllm`, `vllm_mode`) and its team."""
     args = trainer.args
+    configs = [trainer.team.agent(i).config.get_text_config() for i in range(trainer.num_agents)]
     common = {
         "tokenizers": trainer.tokenizers,
         "eos_token_ids": trainer.agent_eos_token_ids,
         "chat_template_kwargs": trainer.chat_template_kwargs,
-        "vocab_sizes": [trainer.team.agent(i).config.get_text_config().vocab_size for i in range(trainer.num_agents)],
+        "vocab_sizes": [config.vocab_size for config in configs],
+        "max_prompt_lengths": [max_prompt_length(args, config) for config in configs],
     }
     if not args.use_vllm:
         return TransformersGenerator(

@@ -57,24 +57,23 @@ class Generator:
     """Samples completions for one agent at a time; subclasses implement `_sample` (and `sync_weights`)."""
 
     def __init__(
-        self, tokenizers: list, eos_token_ids: list[list[int]], chat_template_kwargs: dict | None = None,
-        vocab_sizes: list[int] | None = None,
+        self, *, tokenizers: list, eos_token_ids: list[list[int]], chat_template_kwargs: dict | None = None,
+        vocab_sizes: list[int] | None = None, max_prompt_lengths: list[int | None] | None = None,
     ):  # fmt: skip
         self.tokenizers = tokenizers
         self.eos_token_ids = eos_token_ids
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.vocab_sizes = vocab_sizes  # per agent, the size of its embedding: token ids must stay below it
+        # per agent, the longest prompt it is given (None: no limit), and how many prompts were shortened to fit
+        self.max_prompt_lengths = max_prompt_lengths or [None] * len(tokenizers)
+        self.truncated_prompts = 0
 
     def tokenize(self, agent: int, prompts: list) -> list[list[int]]:
-        tok = self.tokenizers[agent]
+        """Token ids of each prompt, shortened to the agent's `max_prompt_length` (`fit_text`, `fit_chat`)."""
         if prompts and is_conversational({"prompt": prompts[0]}):
-            out = tok.apply_chat_template(
-                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
-                **self.chat_template_kwargs,
-            )  # fmt: skip
-            ids = [list(ids) for ids in out["input_ids"]]
+            ids = [self.fit_chat(agent, messages) for messages in prompts]
         else:
-            ids = tok(text=prompts)["input_ids"]
+            ids = [self.fit_text(agent, row) for row in self.tokenizers[agent](text=prompts)["input_ids"]]
         if self.vocab_sizes is not None:
             largest = max((max(row) for row in ids if row), default=-1)
             if largest >= self.vocab_sizes[agent]:
@@ -84,6 +83,37 @@ class Generator:
                     "tokenizer per agent (`tokenizer=[...]`), in the order of `agents`."
                 )
         return ids
+
+    def fit_text(self, agent: int, ids: list[int]) -> list[int]:
+        """A text prompt over the limit keeps its last tokens (the newest feedback), and its BOS token."""
+        limit, bos = self.max_prompt_lengths[agent], self.tokenizers[agent].bos_token_id
+        if limit is None or len(ids) <= limit:
+            return list(ids)
+        self.truncated_prompts += 1
+        keep_bos = bos is not None and ids[0] == bos
+        return [bos] * keep_bos + list(ids[len(ids) - limit + keep_bos :])
+
+    def fit_chat(self, agent: int, messages: list[dict]) -> list[int]:
+        """A chat prompt over the limit drops its oldest messages after the first user turn (the task); cutting
+        tokens out of a chat template would break it."""
+        limit = self.max_prompt_lengths[agent]
+        first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), 0)
+        messages, dropped = list(messages), False
+        while True:
+            ids = list(self.tokenizers[agent].apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs,
+            )["input_ids"])  # fmt: skip
+            if limit is None or len(ids) <= limit:
+                self.truncated_prompts += dropped
+                return ids
+            if len(messages) <= first_user + 2:  # the task and the newest message are all that is left
+                raise ValueError(
+                    f"MAGRPOTrainer: agent {agent}'s chat prompt has {len(ids)} tokens with only its first user turn "
+                    f"and its newest message left, more than max_prompt_length={limit}. Raise `max_prompt_length`, "
+                    "or shorten the messages your transition writes."
+                )
+            del messages[first_user + 1]
+            dropped = True
 
     def generate(self, agent: int, prompts: list, num_generations: int, greedy: bool = False) -> Generation:
         """K completions per prompt, prompt-major, each cut after its first EOS (as GRPOTrainer does)."""

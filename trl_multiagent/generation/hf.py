@@ -22,18 +22,19 @@ class TransformersGenerator(Generator):
     """
 
     def __init__(
-        self, *, tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes,
-        wrapped_model: Callable[[], torch.nn.Module], accelerator, generation_kwargs: dict, args, zero3: bool,
-        share_prompts: bool,
+        self, *, wrapped_model: Callable[[], torch.nn.Module], accelerator, generation_kwargs: dict, args, zero3: bool,
+        share_prompts: bool, **common,
     ):  # fmt: skip
-        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
+        super().__init__(**common)
         self.wrapped_model = wrapped_model  # the Trainer re-wraps its model when training starts (DeepSpeed)
         self.accelerator = accelerator
         self.args = args
         self.zero3 = zero3
         self.share_prompts = share_prompts
         self.configs = {
-            greedy: [self._config(tok, eos, generation_kwargs, greedy) for tok, eos in zip(tokenizers, eos_token_ids)]
+            greedy: [
+                self._config(tok, eos, generation_kwargs, greedy) for tok, eos in zip(self.tokenizers, self.eos_token_ids)
+            ]
             for greedy in (False, True)
         }
 

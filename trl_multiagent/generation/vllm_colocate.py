@@ -86,10 +86,9 @@ def max_turn_sequences(args, num_agents: int) -> int:
 
 class VLLMColocateGenerator(Generator):
     def __init__(
-        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes, args, accelerator,
-        trainable: list[int], zero3: bool,
+        self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common,
     ):  # fmt: skip
-        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
+        super().__init__(**common)
         from vllm import LLM
 
         check_adapters_servable(team)

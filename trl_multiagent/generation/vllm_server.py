@@ -15,10 +15,9 @@ from .vllm_settings import server_base_urls
 
 class VLLMServerGenerator(Generator):
     def __init__(
-        self, *, team, tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes, args, accelerator,
-        trainable: list[int], zero3: bool,
+        self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common,
     ):  # fmt: skip
-        super().__init__(tokenizers, eos_token_ids, chat_template_kwargs, vocab_sizes)
+        super().__init__(**common)
         from trl.generation import vllm_client
         self.team, self.accelerator, self.trainable, self.zero3 = team, accelerator, set(trainable), zero3
         self.sampling = Sampling.from_config(args)
