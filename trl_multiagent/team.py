@@ -149,11 +149,14 @@ class AgentTeam(nn.Module):
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
         kwargs["activation_checkpointing_kwargs"] = self._checkpoint_kwargs(activation_checkpointing_kwargs)
         for agent in self.agents:
-            agent.activation_checkpointing_enable(**kwargs)
+            if hasattr(agent, "activation_checkpointing_enable"):
+                agent.activation_checkpointing_enable(**kwargs)
+            else:  # transformers < 5.20 has only the legacy name
+                agent.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs["activation_checkpointing_kwargs"])
 
     def activation_checkpointing_disable(self):
         for agent in self.agents:
-            agent.activation_checkpointing_disable()
+            getattr(agent, "activation_checkpointing_disable", agent.gradient_checkpointing_disable)()
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
         kwargs = self._checkpoint_kwargs(gradient_checkpointing_kwargs)

@@ -180,8 +180,9 @@ class MAGRPOTrainer(GRPOTrainer):
             plain = [i for i in range(n) if not supports_prompt_sharing(self.team.agent(i))]
             logger.warning_once(
                 f"MAGRPOTrainer: share_prompts=True, but agent(s) {plain} cannot share a prompt's keys and values (it "
-                "needs a rotary model with full attention whose forward takes a cache, and no prompt-learning "
-                "adapter); every agent uses the plain computation. The results are the same, only slower."
+                "needs a rotary model with full attention whose forward takes `cache`, as in transformers 5.24, and "
+                "no prompt-learning adapter); every agent uses the plain computation. The results are the same, only "
+                "slower."
             )
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
