@@ -1,6 +1,7 @@
 """Async user functions run on one long-lived loop, also when the caller already runs an event loop (Jupyter)."""
 
 import asyncio
+import time
 
 from trl_multiagent.callables import JointReward, Transition
 
@@ -40,3 +41,23 @@ def test_async_functions_share_one_loop():
     for _ in range(3):
         reward([["a"], ["b"]], 1, {})
     assert len(loops) == 3 and loops[0] is loops[1] is loops[2]
+
+
+def test_async_transitions_of_one_turn_run_concurrently():
+    branches = 5
+    entered = []
+
+    async def waits_for_every_branch(prompt, agent_completions, num_agents):
+        entered.append(prompt)
+        # Each branch waits until all of them have started: run one after another, the first would time out.
+        while len(entered) < branches:
+            await asyncio.sleep(0.01)
+            if time.monotonic() - start > 5:
+                raise TimeoutError("the transitions did not run concurrently")
+        return [prompt, prompt]
+
+    transition = Transition(waits_for_every_branch, num_agents=2, conversational=False)
+    start = time.monotonic()
+    prompts = transition.many([(f"p{i}", ["a", "b"], {}) for i in range(branches)], turn=1)
+    assert prompts == [[f"p{i}", f"p{i}"] for i in range(branches)]
+    assert sorted(entered) == [f"p{i}" for i in range(branches)]

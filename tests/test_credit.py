@@ -89,8 +89,8 @@ def grow(rows, *, num_agents=2, k=4, turns=2, mode="aligned", threshold=None, re
         calls.append((turn, len(actions)))
         return values
 
-    def transition(turn, tree, action):
-        return [f"t{turn + 1}:{'/'.join(tree.answers(action))}"] * num_agents
+    def transition(turn, tree, actions):
+        return [[f"t{turn + 1}:{'/'.join(tree.answers(a))}"] * num_agents for a in actions]
 
     tree = run_rollout(
         rows,

@@ -38,8 +38,8 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
     def score(turn, tree, actions):
         return [rng.random() for _ in actions]
 
-    def transition(turn, tree, action):
-        return [f"t{turn + 1}:{action}"] * num_agents
+    def transition(turn, tree, actions):
+        return [[f"t{turn + 1}:{a}"] * num_agents for a in actions]
 
     tree = run_rollout(
         [{"prompt": f"p{r}"} for r in range(rows)], num_agents=num_agents, num_generations=k, num_turns=turns,

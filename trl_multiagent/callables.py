@@ -176,9 +176,26 @@ class Transition:
         return required, {k: v for k, v in keywords.items() if k not in self.REQUIRED}
 
     def __call__(self, prompt, agent_completions: list[str], turn: int, history: dict[str, Any]) -> list:
-        args, keywords = self._arguments(prompt, agent_completions, {**history, "turn": turn})
-        result = _run(self.func(*args, **keywords))
-        return check_prompts(self.name, result, self.num_agents, turn, self.conversational)
+        return self.many([(prompt, agent_completions, history)], turn)[0]
+
+    def many(self, calls: list[tuple[Any, list[str], dict[str, Any]]], turn: int) -> list[list]:
+        """The next prompts of several branches, `(prompt, agent_completions, history)` each; an async transition runs
+        them concurrently on one event loop, so one that calls a model or an API does not serialise the turn."""
+        results = []
+        for prompt, agent_completions, history in calls:
+            args, keywords = self._arguments(prompt, agent_completions, {**history, "turn": turn})
+            results.append(self.func(*args, **keywords))
+        if any(inspect.isawaitable(r) for r in results):
+            results = _run(_gather(results))
+        return [check_prompts(self.name, r, self.num_agents, turn, self.conversational) for r in results]
+
+
+async def _gather(results: list) -> list:
+    return await asyncio.gather(*(r if inspect.isawaitable(r) else _value(r) for r in results))
+
+
+async def _value(value):
+    return value
 
 
 def check_prompts(name: str, result: Any, num_agents: int, turn: int, conversational: bool) -> list:

@@ -108,7 +108,7 @@ def run_rollout(
     agent_prompts: Callable[[dict[str, Any]], list],
     generate: Callable[[int, list], Generation],
     score: Callable[[int, RolloutTree, list[int]], list[float]],
-    transition: Callable[[int, RolloutTree, int], list],
+    transition: Callable[[int, RolloutTree, list[int]], list[list]],
     sync: Callable[[bool, BaseException | None], bool] | None = None,
 ) -> RolloutTree:
     """Grow the rollout tree of a batch of rows, turn by turn.
@@ -117,7 +117,8 @@ def run_rollout(
         agent_prompts: builds the first-turn prompt of each agent from a row.
         generate: ``generate(agent, prompts)`` samples K completions for each prompt with one batched call.
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
-        transition: ``transition(turn, tree, action_id)`` returns the next prompt of each agent.
+        transition: ``transition(turn, tree, action_ids)`` returns, for each listed joint action that goes on, the next
+            prompt of each agent (one call per turn, so that async transitions can run concurrently).
         sync: called at the end of every turn with whether this process has live nodes and the error its generation,
             reward or transition raised (or None); returns whether to run another turn, and raises if any process failed.
             Distributed training makes it agree across processes, so that every rank runs the same number of
@@ -172,18 +173,19 @@ def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score
     rewards = score(turn, tree, new_actions) if new_actions else []
     for a, reward in zip(new_actions, rewards, strict=True):
         tree.joint_actions[a].reward = float(reward)
-    next_live = []
+    going_on = []
     for n in live:
         node = tree.nodes[n]
         mean_reward = sum(tree.joint_actions[a].reward for a in node.joint_actions) / len(node.joint_actions)
         node.terminated = threshold is not None and mean_reward > threshold
-        if turn == num_turns or node.terminated:
-            continue
-        for a in node.joint_actions:
-            prompts = list(transition(turn, tree, a))
-            tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=prompts, parent=a))
-            tree.joint_actions[a].child = len(tree.nodes) - 1
-            next_live.append(len(tree.nodes) - 1)
+        if turn < num_turns and not node.terminated:
+            going_on.extend(node.joint_actions)
+    next_live = []
+    for a, prompts in zip(going_on, transition(turn, tree, going_on) if going_on else [], strict=True):
+        node = tree.nodes[tree.joint_actions[a].node]
+        tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=list(prompts), parent=a))
+        tree.joint_actions[a].child = len(tree.nodes) - 1
+        next_live.append(len(tree.nodes) - 1)
     return next_live
 
 

@@ -260,18 +260,21 @@ class MAGRPOTrainer(GRPOTrainer):
             self._reward_values[turn][f].extend(v for v in values if v is not None)
         return rewards
 
-    def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_id: int) -> list:
+    def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
+        """The transition of every branch that goes on (async transitions run concurrently)."""
         start = time.perf_counter()
-        node = tree.nodes[tree.joint_actions[action_id].node]
-        row = rows[node.row]
-        prompt_history, response_history = tree.history(action_id)
-        history = {
-            "prompt_history_per_agent": prompt_history,
-            "response_history_per_agent": response_history,
-            "reward": tree.joint_actions[action_id].reward,
-            **_columns(row),
-        }
-        prompts = self.transition(row.get("prompt"), tree.answers(action_id), turn, history)
+        calls = []
+        for action_id in action_ids:
+            row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
+            prompt_history, response_history = tree.history(action_id)
+            history = {
+                "prompt_history_per_agent": prompt_history,
+                "response_history_per_agent": response_history,
+                "reward": tree.joint_actions[action_id].reward,
+                **_columns(row),
+            }
+            calls.append((row.get("prompt"), tree.answers(action_id), history))
+        prompts = self.transition.many(calls, turn)
         self._phase_time["transition"] += time.perf_counter() - start
         return prompts
 
