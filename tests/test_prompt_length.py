@@ -76,3 +76,13 @@ def test_default_limit_is_the_context_left_after_the_completion():
     trainer = MAGRPOTrainer(agents=[make_model(tok)], tokenizer=tok, reward_func=lambda c: [0.0] * len(c),
                             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args)  # fmt: skip
     assert trainer.generator.max_prompt_lengths == [512 - 12]  # tiny models have 512 positions
+
+
+def test_a_limit_beyond_the_agents_context_is_refused():
+    tok = make_tokenizer()
+    args = MAGRPOConfig(output_dir="unused", num_generations=2, per_device_train_batch_size=2, max_new_tokens=12,
+                        max_prompt_length=501)  # fmt: skip
+    with pytest.raises(ValueError, match=r"max_prompt_length=501 plus max_completion_length=12 exceeds a llama agent's "
+                                         r"max_position_embeddings=512"):  # fmt: skip
+        MAGRPOTrainer(agents=[make_model(tok)], tokenizer=tok, reward_func=lambda c: [0.0] * len(c),
+                      train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args)  # fmt: skip

@@ -13,11 +13,16 @@ __all__ = ["Generator", "Sampling", "TransformersGenerator", "build_generator"]
 def max_prompt_length(args, model_config) -> int | None:
     """`MAGRPOConfig.max_prompt_length`, or by default what the agent's context (and the vLLM engine's
     `vllm_max_model_length`) leaves for the prompt once `max_completion_length` tokens are added."""
+    context = getattr(model_config, "max_position_embeddings", None)
     if args.max_prompt_length is not None:
+        if context is not None and args.max_prompt_length + args.max_completion_length > context:
+            raise ValueError(
+                f"MAGRPOConfig: max_prompt_length={args.max_prompt_length} plus max_completion_length="
+                f"{args.max_completion_length} exceeds a {model_config.model_type} agent's max_position_embeddings="
+                f"{context}: its prompts would run past the positions it was trained on. Lower max_prompt_length."
+            )
         return args.max_prompt_length
-    limits = [getattr(model_config, "max_position_embeddings", None)]
-    limits.append(args.vllm_max_model_length if args.use_vllm else None)
-    limits = [limit for limit in limits if limit is not None]
+    limits = [limit for limit in (context, args.vllm_max_model_length if args.use_vllm else None) if limit is not None]
     return max(min(limits) - args.max_completion_length, 1) if limits else None
 
 
