@@ -60,3 +60,17 @@ def test_resume_with_shuffling_in_the_second_epoch_equals_an_uninterrupted_run(t
     resume = tmp_path / "full" / f"checkpoint-{checkpoint_step}"
     _, (resumed,) = finished(tmp_path / "resumed", *steps, "--resume", resume, nproc=1)
     assert_same(resumed, full, rtol=0, atol=0)
+
+
+def test_rotation_never_deletes_the_last_complete_checkpoint_for_one_being_written(tmp_path, uninterrupted):
+    # save_total_limit=1: the Trainer alone would delete checkpoint-2 as soon as checkpoint-3's files are written,
+    # before the marker; here the rotation waits for the marker, so a kill just before it leaves checkpoint-2.
+    killed, _ = launch(tmp_path, *STEPS, "--save_total_limit", 1, "--kill_at", 3, "--kill_point", "before_marker",
+                       nproc=1)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert [os.path.basename(c) for c in checkpoint.checkpoints_by_step(str(tmp_path))] == ["checkpoint-3", "checkpoint-2"]
+    assert checkpoint.is_complete(str(tmp_path / "checkpoint-2"))
+    result, _ = launch(tmp_path, *STEPS, "--save_total_limit", 1, "--resume", "latest", nproc=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same(torch.load(tmp_path / "weights_rank0.pt"), uninterrupted, rtol=0, atol=0)
+    assert [os.path.basename(c) for c in checkpoint.checkpoints_by_step(str(tmp_path))] == ["checkpoint-4"]

@@ -261,3 +261,24 @@ def test_share_prompts_fallback_is_said_once_naming_the_agent(tokenizer, args, d
         trainer = build(tokenizer, args, data, agents=[make_model(tokenizer), gpt2])
     assert not trainer.share_prompts
     assert "share_prompts=True, but agent(s) [1] cannot share" in caplog.text
+
+
+def test_cpu_overrides_are_said(tmp_path, caplog):
+    import trl_multiagent.config as config_module
+
+    config_module.logger.info_once.cache_clear()
+    with caplog.at_level("INFO", logger="trl_multiagent.config"):
+        config = MAGRPOConfig(output_dir=str(tmp_path), use_cpu=False)
+    assert config.use_cpu and config.bf16 is False and config.ddp_find_unused_parameters is False
+    for said in ("bf16=False", "use_cpu=True", "ddp_find_unused_parameters=False"):
+        assert said in caplog.text
+
+
+def test_a_tokenizer_without_pad_token_pads_with_eos_as_trl_does(tokenizer, args, data):
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.pad_token = None
+    trainer = build(tok, args, data, agents=Agents(tokenizer), tokenizer=tok)
+    assert trainer.tokenizers[0].pad_token == tok.eos_token
+    assert trainer.team.agent(0).generation_config.pad_token_id == tok.eos_token_id

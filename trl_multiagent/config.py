@@ -192,6 +192,9 @@ class MAGRPOConfig(GRPOConfig):
         # parameters; transformers would otherwise turn the search on for a model that is not a PreTrainedModel.
         if self.ddp_find_unused_parameters is None:
             self.ddp_find_unused_parameters = False
+            logger.info_once(
+                "MAGRPOConfig: ddp_find_unused_parameters=False (every agent runs a forward on every micro-step)."
+            )
         if self.max_new_tokens is not None:
             self.max_completion_length = self.max_new_tokens
         super().__post_init__()

@@ -100,6 +100,7 @@ def main():
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
     parser.add_argument("--shared_lora", action="store_true", help="one base model with a LoRA adapter per agent")
     parser.add_argument("--shuffle", action="store_true", help="shuffle the prompts every epoch")
+    parser.add_argument("--save_total_limit", type=int, default=None)
     parser.add_argument("--kill_at", type=int, default=None, help="SIGKILL this process while saving this step's checkpoint")
     parser.add_argument("--kill_point", choices=KILL_POINTS, default="before_marker")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
@@ -110,7 +111,7 @@ def main():
         output_dir=cli.output_dir, num_turns=2, early_termination_threshold=0.55, num_generations=2,
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
-        report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, disable_tqdm=True,
+        report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, save_total_limit=cli.save_total_limit, disable_tqdm=True,
         deepspeed=cli.deepspeed, beta=cli.beta, use_vllm=cli.use_vllm,
         check_functions_before_training=False
     )  # fmt: skip
