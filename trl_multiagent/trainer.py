@@ -56,7 +56,10 @@ class MAGRPOTrainer(GRPOTrainer):
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results;
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`);
-    - `_save` writes `agent_{i}/` folders, and `_load_from_checkpoint` reads them back.
+    - `_save` writes `agent_{i}/` folders, and `_load_from_checkpoint` reads them back;
+    - `_save_checkpoint` marks a checkpoint complete once every process has written it, before the rotation, and
+      `train(resume_from_checkpoint=True)` takes the newest complete one (`checkpoint`);
+    - `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order.
 
     TRL's loss types, clipping, KL, logging, optimizer and accelerate preparation are used unchanged.
 
