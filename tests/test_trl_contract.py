@@ -30,6 +30,7 @@ def test_overridden_methods_keep_their_signatures():
     assert params(Trainer._save) == ["self", "output_dir", "state_dict"]
     assert params(Trainer._load_from_checkpoint) == ["self", "resume_from_checkpoint", "model"]
     assert params(Trainer._save_checkpoint) == ["self", "model", "trial"]
+    assert params(GRPOTrainer._get_train_sampler) == ["self", "dataset"]
     assert params(Trainer.train)[:3] == ["self", "resume_from_checkpoint", "trial"]
     assert params(rotate_checkpoints) == [
         "output_dir", "save_total_limit", "best_model_checkpoint", "use_mtime", "checkpoint_prefix",
