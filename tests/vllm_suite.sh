@@ -3,7 +3,7 @@
 # virtual environment of its own (.venv-vllm, or $VLLM_VENV), built here when it is missing. In it run:
 #   1. the default suite, on transformers 5.19 (the lowest release the package accepts);
 #   2. the tests marked `vllm` (real vLLM engines on CPU).
-# Usage: bash tests/vllm_suite.sh        (CI runs it after the main suite; about 2 minutes to build, 10 to run)
+# Usage: bash tests/vllm_suite.sh        (CI runs it after the main suite; about 4 minutes to build, 10 to run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VLLM_VENV:-.venv-vllm}
