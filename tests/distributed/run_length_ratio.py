@@ -5,6 +5,7 @@ Launched by tests/test_distributed.py under torchrun with 2 processes (gloo on C
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -180,10 +181,17 @@ def main():
                 "log_history": trainer.state.log_history, "visible_while_generating": visible}  # fmt: skip
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump(info, f)
-    # Tear the process group down before the interpreter does: a gloo thread left running at exit aborts the process
-    # ("terminate called without an active exception").
-    trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
+    # Tear the process groups down before the interpreter does, then leave without its finalisation: a gloo thread
+    # still held by a DeepSpeed group at interpreter exit aborts the process ("terminate called without an active
+    # exception"), once in a while, after every result above is written (pytorch/pytorch#179291).
+    accelerator = trainer.accelerator
+    accelerator.wait_for_everyone()
+    del trainer, team
+    gc.collect()
+    accelerator.end_training()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
