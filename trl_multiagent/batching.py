@@ -1,7 +1,7 @@
 """Flat training rows per agent, and their split into micro-batches. Plain tensor functions, no model.
 
 One agent's rows are a dict of tensors with a leading row dimension (``prompt_ids``, ``prompt_mask``,
-``completion_ids``, ``completion_mask``, ``advantages`` and optional per-token log-probs) plus the scalar
+``completion_ids``, ``completion_mask``, ``advantages``, ``is_real`` and optional per-token log-probs) plus the scalar
 ``num_items_in_batch``: the shape TRL's `_compute_loss` takes. Agents keep separate dicts because their vocabularies,
 pad tokens and lengths differ.
 """
@@ -37,6 +37,7 @@ def agent_rows(
             device
         ),
         "advantages": advantages.to(device),
+        "is_real": torch.ones(len(prompts), dtype=torch.bool, device=device),  # False for the inert rows of `pad_rows`
     }
 
 
@@ -48,8 +49,9 @@ def pad_rows(batch: dict, num_rows: int) -> dict:
     """Append inert rows until the batch has `num_rows` rows.
 
     An inert row copies the first row's tokens (so the forward sees real text and stays finite) with a zero completion
-    mask and a zero advantage: it adds nothing to the loss or its gradient. It exists so that every micro-batch, and
-    every process, runs the same forwards.
+    mask, a zero advantage and `is_real` False: it adds nothing to the loss or its gradient, and the update's chunk
+    weights do not count it (`chunking.chunk_weight`). It exists so that every micro-batch, and every process, runs the
+    same forwards.
     """
     missing = num_rows - _rows(batch)
     if missing < 0:
@@ -62,7 +64,7 @@ def pad_rows(batch: dict, num_rows: int) -> dict:
             out[key] = value
             continue
         filler = value[:1].expand(missing, *value.shape[1:]).clone()
-        if key in ("completion_mask", "advantages"):
+        if key in ("completion_mask", "advantages", "is_real"):
             filler.zero_()
         out[key] = torch.cat([value, filler])
     return out

@@ -9,6 +9,7 @@ import torch
 from transformers.utils import logging
 from trl import GRPOConfig
 
+from .chunking import check_loss_type
 from .credit import JOINT_MODES
 from .generation.vllm_settings import check_vllm_config
 
@@ -22,6 +23,12 @@ UNSUPPORTED_FIELDS = {
         "the joint reward is the weighted sum of the reward functions, normalised per group afterwards",
     ),
     "log_completions": (False, "completions are not logged as a table yet; read them in your reward function"),
+    "entropy_coef": (
+        0.0,
+        "the update runs in chunks (`update_chunk_size`) and TRL's entropy bonus, a mean over the tokens of one call, "
+        "would be weighted like the policy loss",
+    ),
+    "use_adaptive_entropy": (False, "the entropy bonus is not supported yet (see `entropy_coef`)"),
     "use_transformers_continuous_batching": (
         False,
         "each agent already generates one batch per turn; `use_vllm=True` gives a faster engine",
@@ -81,6 +88,16 @@ class MAGRPOConfig(GRPOConfig):
             when smaller) minus `max_completion_length`, so that no prompt runs past the positions the model was
             trained on. Logged as
             `prompts/truncated` (prompts shortened in the generation batch).
+        update_chunk_size (`int` or `None`, *optional*):
+            Most rows of one agent in one forward and backward of the update (and of the old/reference log-prob
+            passes). A micro-batch holds every tree row of its prompts, which grows with K and `num_turns`; it runs in
+            chunks of this size, each with its own backward, and the gradients accumulate inside the optimizer step.
+            The update is the same (each chunk's loss is weighted as `loss_type` normalises); only memory and speed
+            change. `None` (default): `per_device_train_batch_size`.
+        generate_chunk_size (`int` or `None`, *optional*):
+            Most rows (prompts times K) of one agent in one `generate` call. A turn with more live nodes runs in
+            several calls, a node's K rows always in the same call, in the same order on every process. `None`
+            (default): one call per agent per turn. vLLM schedules its own batches and ignores it.
         vllm_server_base_urls (`list[str]` or `None`, *optional*):
             With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
             with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
@@ -164,6 +181,20 @@ class MAGRPOConfig(GRPOConfig):
             "`prompts/truncated`."
         },
     )
+    update_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most rows of one agent in one forward/backward of the update; gradients accumulate over the "
+            "chunks. Same update, bounded memory. None: per_device_train_batch_size."
+        },
+    )
+    generate_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most rows (prompts x K) of one agent in one generate call; a node's K rows stay together. None: "
+            "one call per agent per turn. Ignored by vLLM."
+        },
+    )
     vllm_server_base_urls: list[str] | None = field(
         default=None,
         metadata={
@@ -214,6 +245,10 @@ class MAGRPOConfig(GRPOConfig):
             check_vllm_config(self)
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(f"MAGRPOConfig: max_prompt_length must be >= 1 or None, got {self.max_prompt_length}.")
+        check_loss_type(self.loss_type)
+        for name in ("update_chunk_size", "generate_chunk_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"MAGRPOConfig: {name} must be >= 1 or None, got {getattr(self, name)}.")
         if self.discount < 0:
             raise ValueError(f"MAGRPOConfig: discount must be >= 0, got {self.discount}.")
         # Trees grow from whole prompts on one process: a process's generation batch must hold whole groups.

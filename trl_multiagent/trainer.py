@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -24,6 +25,7 @@ from trl.trainer.utils import add_fused_lm_head, pad
 from . import checkpoint
 from .assembly import build_team, plan_team
 from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
+from .chunking import update_chunks
 from .callables import JointReward, Transition, check_prompt
 from .config import MAGRPOConfig
 from .credit import group_advantages
@@ -53,7 +55,8 @@ class MAGRPOTrainer(GRPOTrainer):
       `generation`), one call of the joint reward, and the transition for each branch that goes on; advantages are
       group-relative returns (`credit`);
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
-    - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results;
+    - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
+      `update_chunk_size` rows per agent, each with its own backward (`chunking`);
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`);
     - `_save` writes `agent_{i}/` folders, and `_load_from_checkpoint` reads them back;
@@ -190,9 +193,9 @@ class MAGRPOTrainer(GRPOTrainer):
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
+        self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
         self.generator = build_generator(self)
         self._update_seconds, self._update_tokens = 0.0, 0
-
 
     # ------------------------------------------------------------------ set-up helpers
 
@@ -363,7 +366,7 @@ class MAGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         logits_to_keep = batch["completion_ids"].size(1)
-        chunk = self.args.per_device_train_batch_size
+        chunk = self.update_chunk_size
         generate_every = self.args.steps_per_generation * self.num_iterations
         logps = partial(
             self._get_per_token_logps_and_entropies,
@@ -457,7 +460,7 @@ class MAGRPOTrainer(GRPOTrainer):
                 **multimodal,
             )  # fmt: skip
         prompt_width = input_ids.size(1) - logits_to_keep
-        chunk_rows = batch_size or self.args.per_device_train_batch_size
+        chunk_rows = batch_size or self.update_chunk_size
         shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
         logps, entropies, rows = [], [], []
         chunks = length_chunks(input_ids, attention_mask, logits_to_keep, chunk_rows, group_prompts=shared)
@@ -526,21 +529,47 @@ class MAGRPOTrainer(GRPOTrainer):
         return int(self.accelerator.reduce(count, reduction="max").item())
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed.
+        """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed; in chunks of at most
+        `update_chunk_size` rows per agent, each weighted so that the chunks add up to the micro-batch's loss.
 
-        All agents' forwards run inside one call of the wrapped model: DDP and DeepSpeed allow one forward per backward.
+        Every chunk but the last runs its backward here, with the gradient reduction deferred; the Trainer runs the
+        last one's, which reduces (and, at the end of the accumulation window, steps) as usual. All agents' forwards
+        of a chunk run inside one call of the wrapped model: DDP and DeepSpeed allow one forward per backward.
         """
         if return_outputs:
             raise ValueError("The MAGRPOTrainer does not support returning outputs")
-        return model(run=partial(self._team_loss, inputs))
+        chunks = update_chunks(inputs, self.update_chunk_size, self.loss_type, group_prompts=self.share_prompts)
+        earlier = 0.0  # the loss of the chunks already backpropagated, for the logged value
+        for chunk, weights in chunks[:-1]:
+            with self._deferred_gradient_reduction(model):
+                loss = model(run=partial(self._team_loss, chunk, weights))
+                if torch.is_grad_enabled():
+                    kwargs = {"scale_wrt_gas": False} if self.is_deepspeed_enabled else {}  # as the Trainer's backward
+                    self.accelerator.backward(loss, **kwargs)
+            earlier = earlier + loss.detach()
+        chunk, weights = chunks[-1]
+        return model(run=partial(self._team_loss, chunk, weights)) + earlier
 
-    def _team_loss(self, inputs: list[dict], team: AgentTeam) -> torch.Tensor:
+    @contextlib.contextmanager
+    def _deferred_gradient_reduction(self, model):
+        """No gradient reduction in this block: DDP's `no_sync`, and DeepSpeed outside its accumulation boundary
+        (accelerate's backward then neither reduces nor steps the engine)."""
+        state = self.accelerator.gradient_state
+        sync_gradients = state.sync_gradients
+        state._set_sync_gradients(False)
+        try:
+            with contextlib.nullcontext() if self.is_deepspeed_enabled else self.accelerator.no_sync(model):
+                yield
+        finally:
+            state._set_sync_gradients(sync_gradients)
+
+    def _team_loss(self, inputs: list[dict], weights: list[float], team: AgentTeam) -> torch.Tensor:
         loss = 0.0
-        for agent, agent_inputs in enumerate(inputs):
+        for agent, (agent_inputs, weight) in enumerate(zip(inputs, weights)):
             if agent not in self.trainable_agents:
                 continue  # a frozen agent acts in rollouts but has nothing to learn
             with team.acting(agent):
-                loss = loss + self._compute_loss(team, agent_inputs)
+                loss = loss + weight * self._compute_loss(team, agent_inputs)
         return loss
 
     # ------------------------------------------------------------------ saving and resuming
