@@ -68,7 +68,10 @@ def test_rotation_never_deletes_the_last_complete_checkpoint_for_one_being_writt
     killed, _ = launch(tmp_path, *STEPS, "--save_total_limit", 1, "--kill_at", 3, "--kill_point", "before_marker",
                        nproc=1)  # fmt: skip
     assert killed.returncode == -9, killed.stderr[-3000:]
-    assert [os.path.basename(c) for c in checkpoint.checkpoints_by_step(str(tmp_path))] == ["checkpoint-3", "checkpoint-2"]
+    assert [os.path.basename(c) for c in checkpoint.checkpoints_by_step(str(tmp_path))] == [
+        "checkpoint-3",
+        "checkpoint-2",
+    ]
     assert checkpoint.is_complete(str(tmp_path / "checkpoint-2"))
     result, _ = launch(tmp_path, *STEPS, "--save_total_limit", 1, "--resume", "latest", nproc=1)
     assert result.returncode == 0, result.stderr[-3000:]

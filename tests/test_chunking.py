@@ -17,7 +17,9 @@ SGD = dict(learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_gra
 
 def random_rows(tokenizer, generator, rows=7, prompt_lengths=(3, 9), completion_lengths=(1, 8)):
     def ids(low, high):
-        return torch.randint(5, 300, (int(torch.randint(low, high + 1, (1,), generator=generator)),), generator=generator).tolist()
+        return torch.randint(
+            5, 300, (int(torch.randint(low, high + 1, (1,), generator=generator)),), generator=generator
+        ).tolist()
 
     prompts = [ids(*prompt_lengths) for _ in range(rows)]
     completions = [ids(*completion_lengths) for _ in range(rows)]

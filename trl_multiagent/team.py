@@ -152,7 +152,9 @@ class AgentTeam(nn.Module):
             if hasattr(agent, "activation_checkpointing_enable"):
                 agent.activation_checkpointing_enable(**kwargs)
             else:  # transformers < 5.20 has only the legacy name
-                agent.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs["activation_checkpointing_kwargs"])
+                agent.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs=kwargs["activation_checkpointing_kwargs"]
+                )
 
     def activation_checkpointing_disable(self):
         for agent in self.agents:

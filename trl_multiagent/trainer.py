@@ -25,8 +25,8 @@ from trl.trainer.utils import add_fused_lm_head, pad
 from . import checkpoint
 from .assembly import build_team, plan_team
 from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
-from .chunking import update_chunks
 from .callables import JointReward, Transition, check_prompt
+from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .generation import build_generator
@@ -341,7 +341,9 @@ class MAGRPOTrainer(GRPOTrainer):
             )  # fmt: skip
             if self.mask_truncated_completions:
                 ends_with_eos = [ids[-1] in self.agent_eos_token_ids[i] for ids in completion_ids]
-                batch["completion_mask"] *= torch.tensor(ends_with_eos, device=batch["completion_mask"].device)[:, None]
+                batch["completion_mask"] *= torch.tensor(ends_with_eos, device=batch["completion_mask"].device)[
+                    :, None
+                ]
             tokens += int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
             if self._corrects_sampling(i):
@@ -420,7 +422,6 @@ class MAGRPOTrainer(GRPOTrainer):
             values = [p[s][key] for p in gathered for s in range(len(agents)) if p[s][key] == p[s][key]]
             if values:
                 self._metrics[mode][f"sampling/{key}"].append(how(values))
-
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
         lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]

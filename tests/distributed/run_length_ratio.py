@@ -48,7 +48,9 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
         for prompt in prompts:
             torch.manual_seed(zlib.crc32(f"{agent}|{prompt}".encode()))
             parts.append(super()._generate(agent, [prompt], num_generations))
-        return Generation(*(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions")))
+        return Generation(
+            *(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions"))
+        )
 
 
 # Moments inside one checkpoint write: between the two agents' folders, after the agents before the optimizer, and
@@ -102,7 +104,9 @@ def main():
     parser.add_argument("--shared_lora", action="store_true", help="one base model with a LoRA adapter per agent")
     parser.add_argument("--shuffle", action="store_true", help="shuffle the prompts every epoch")
     parser.add_argument("--save_total_limit", type=int, default=None)
-    parser.add_argument("--kill_at", type=int, default=None, help="SIGKILL this process while saving this step's checkpoint")
+    parser.add_argument(
+        "--kill_at", type=int, default=None, help="SIGKILL this process while saving this step's checkpoint"
+    )
     parser.add_argument("--kill_point", choices=KILL_POINTS, default="before_marker")
     parser.add_argument("--update_chunk_size", type=int, default=None, help="rows per agent in one forward/backward")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")

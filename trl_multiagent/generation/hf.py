@@ -33,7 +33,8 @@ class TransformersGenerator(Generator):
         self.share_prompts = share_prompts
         self.configs = {
             greedy: [
-                self._config(tok, eos, generation_kwargs, greedy) for tok, eos in zip(self.tokenizers, self.eos_token_ids)
+                self._config(tok, eos, generation_kwargs, greedy)
+                for tok, eos in zip(self.tokenizers, self.eos_token_ids)
             ]
             for greedy in (False, True)
         }

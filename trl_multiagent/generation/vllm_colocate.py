@@ -238,7 +238,8 @@ class VLLMColocateGenerator(Generator):
         with gathered_parameters(list(module.parameters()), self.zero3):  # one agent at a time under ZeRO-3
             # Tied weights appear once here; vLLM ties its head to the embedding it loads.
             model.load_weights(
-                (name.replace("_checkpoint_wrapped_module.", ""), param.data) for name, param in module.named_parameters()
+                (name.replace("_checkpoint_wrapped_module.", ""), param.data)
+                for name, param in module.named_parameters()
             )
         if on_cpu():
             vllm_cpu.repack(model)

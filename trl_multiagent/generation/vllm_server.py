@@ -19,6 +19,7 @@ class VLLMServerGenerator(Generator):
     ):  # fmt: skip
         super().__init__(**common)
         from trl.generation import vllm_client
+
         self.team, self.accelerator, self.trainable, self.zero3 = team, accelerator, set(trainable), zero3
         self.sampling = Sampling.from_config(args)
         self.urls = server_base_urls(args, team.num_agents)
