@@ -118,3 +118,33 @@ def test_chunked_training_step_equals_unchunked(tmp_path, tokenizer, loss_type):
                 torch.testing.assert_close(chunked[name], step, rtol=1e-4, atol=1e-5, msg=name)
                 moved += int(step.abs().max() > 1e-5)
         assert moved > 20
+
+
+def test_generation_in_chunks_keeps_nodes_together_and_equals_one_call(tmp_path, tokenizer, monkeypatch):
+    """`generate_chunk_size=5` with K=2: calls of 2 prompts (4 rows), and greedy completions equal one call's."""
+    from trl_multiagent.generation.hf import TransformersGenerator
+
+    calls = []
+    generate = TransformersGenerator._generate
+
+    def recording(self, model, agent, prompt_ids, *args):
+        calls.append(len(prompt_ids))
+        return generate(self, model, agent, prompt_ids, *args)
+
+    monkeypatch.setattr(TransformersGenerator, "_generate", recording)
+    completions = {}
+    for size in (None, 5):
+        args = MAGRPOConfig(
+            output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_new_tokens=6,
+            report_to="none", generate_chunk_size=size, check_functions_before_training=False,
+        )  # fmt: skip
+        trainer = MAGRPOTrainer(
+            agents=[make_model(tokenizer, seed=1)], tokenizer=tokenizer, reward_func=lambda completions: [0.0] * len(completions),
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
+        )  # fmt: skip
+        calls.clear()
+        generation = trainer.generator.generate(0, (SEED_PROMPTS * 2)[:5], 2, greedy=True)
+        completions[size] = generation.completion_ids
+        assert calls == ([5] if size is None else [2, 2, 1])
+    assert len(completions[5]) == 10
+    assert completions[5] == completions[None]

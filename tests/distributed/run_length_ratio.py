@@ -109,6 +109,7 @@ def main():
     )
     parser.add_argument("--kill_point", choices=KILL_POINTS, default="before_marker")
     parser.add_argument("--update_chunk_size", type=int, default=None, help="rows per agent in one forward/backward")
+    parser.add_argument("--generate_chunk_size", type=int, default=None, help="rows per generate call")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     cli = parser.parse_args()
 
@@ -119,6 +120,7 @@ def main():
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, save_total_limit=cli.save_total_limit, disable_tqdm=True,
         deepspeed=cli.deepspeed, beta=cli.beta, use_vllm=cli.use_vllm, update_chunk_size=cli.update_chunk_size,
+        generate_chunk_size=cli.generate_chunk_size,
         check_functions_before_training=False
     )  # fmt: skip
     rank = int(os.environ.get("RANK", "0"))

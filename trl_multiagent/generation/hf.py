@@ -15,7 +15,8 @@ from .base import Generator
 
 
 class TransformersGenerator(Generator):
-    """One batched `generate` per agent per turn, on the policy itself, so there are no weights to sync.
+    """One batched `generate` per agent per turn (or several, of at most `generate_chunk_size` rows), on the policy
+    itself, so there are no weights to sync.
 
     Each distinct prompt is prefilled once for its K rows (`share_prompts`). Under ZeRO-3 only the generating agent's
     weights are gathered, so the peak is one agent, not the team.
@@ -52,11 +53,7 @@ class TransformersGenerator(Generator):
         return GenerationConfig(**kwargs, disable_compile=True)
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
-        pad_id = self.tokenizers[agent].pad_token_id
-        repeated = [torch.tensor(ids) for ids in prompt_ids for _ in range(num_generations)]
-        device = self.accelerator.device
-        input_ids = pad(repeated, padding_value=pad_id, padding_side="left").to(device)
-        attention_mask = pad([torch.ones_like(t) for t in repeated], padding_value=0, padding_side="left").to(device)
+        calls, real_calls = self._calls(agent, prompt_ids, num_generations)
         wrapped = self.wrapped_model()
         with (
             _unwrap_model_for_generation(
@@ -77,12 +74,45 @@ class TransformersGenerator(Generator):
                 and prefill_applies(generation_config, acting_model)
                 and not (self.zero3 and not self.args.ds3_gather_for_generation)
             )
-            room = self.args.max_completion_length
-            cache = prefilled_cache(acting_model, input_ids, attention_mask, room) if shared else None
-            output = acting_model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, cache=cache, generation_config=generation_config
-            )
-        return output[:, input_ids.size(1) :].cpu().tolist(), None
+            completions = []
+            for call in calls[:real_calls]:
+                completions += self._generate(acting_model, agent, call, num_generations, generation_config, shared)
+            device = self.accelerator.device
+            # the padding calls leave the random state alone: what this process samples does not depend on the others
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                for call in calls[real_calls:]:
+                    self._generate(acting_model, agent, call, num_generations, generation_config, shared)
+        return completions, None
+
+    def _calls(self, agent: int, prompt_ids: list[list[int]], num_generations: int) -> tuple[list, int]:
+        """The prompts of each `generate` call, at most `generate_chunk_size` rows (a prompt's K rows together), and
+        how many of the calls hold this process's prompts.
+
+        Under ZeRO-3 with several processes, `generate` runs collectives at every decoding step, so every process
+        makes as many calls as the busiest one; the extra calls generate from one pad token, and are dropped.
+        """
+        rows_per_call = self.args.generate_chunk_size or len(prompt_ids) * num_generations
+        per_call = max(rows_per_call // num_generations, 1)
+        calls = [prompt_ids[i : i + per_call] for i in range(0, len(prompt_ids), per_call)]
+        real_calls = len(calls)
+        if self.zero3 and self.accelerator.num_processes > 1 and self.args.generate_chunk_size is not None:
+            count = torch.tensor([real_calls], device=self.accelerator.device)
+            most = int(self.accelerator.reduce(count, reduction="max").item())
+            calls += [[[self.tokenizers[agent].pad_token_id]]] * (most - real_calls)
+        return calls, real_calls
+
+    def _generate(self, model, agent, prompt_ids, num_generations, generation_config, shared) -> list[list[int]]:
+        pad_id = self.tokenizers[agent].pad_token_id
+        repeated = [torch.tensor(ids) for ids in prompt_ids for _ in range(num_generations)]
+        device = self.accelerator.device
+        input_ids = pad(repeated, padding_value=pad_id, padding_side="left").to(device)
+        attention_mask = pad([torch.ones_like(t) for t in repeated], padding_value=0, padding_side="left").to(device)
+        room = self.args.max_completion_length
+        cache = prefilled_cache(model, input_ids, attention_mask, room) if shared else None
+        output = model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, cache=cache, generation_config=generation_config
+        )
+        return output[:, input_ids.size(1) :].cpu().tolist()
 
     @contextlib.contextmanager
     def _gathered(self, agent: torch.nn.Module, wrapped: torch.nn.Module):
