@@ -394,8 +394,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
                 counters.optimizer_steps += 1
 
         output_dir = tempfile.mkdtemp(prefix="bench_vs_comlrl_ours_")
-        config = MAGRPOConfig(
-            output_dir=output_dir,
+        # The task: the tree's shape, lengths, sampling, learning rate, prompts and epochs, the same on both sides.
+        task = dict(
             num_turns=spec["num_turns"],
             num_generations=k,
             max_new_tokens=spec["max_new_tokens"],
@@ -403,24 +403,30 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             joint_mode="aligned",
             discount=1.0,
             num_train_epochs=spec["epochs"],
-            # all prompts in one step; `--ours_micro_batches M` (a diagnostic, not the comparison's setting) splits
-            # that step's update into M micro-batches with gradient accumulation, one optimizer step as before
-            per_device_train_batch_size=p * k // spec.get("ours_micro_batches", 1),
-            gradient_accumulation_steps=spec.get("ours_micro_batches", 1),
             learning_rate=spec["learning_rate"],
             temperature=spec["temperature"],
             top_p=spec["top_p"],
             top_k=0,
-            gradient_checkpointing=False,
             bf16=False,
             use_cpu=device == "cpu",
             seed=seed,
-            logging_steps=1,
             report_to="none",
             save_strategy="no",
             disable_tqdm=True,
             use_vllm=trainer_name == "ours_vllm",
         )
+        if spec.get("defaults"):  # `--defaults`: MAGRPOConfig's defaults for everything else, as a new user has them
+            tuned = {}
+        else:
+            tuned = dict(
+                # all prompts in one step; `--ours_micro_batches M` (a diagnostic, not the comparison's setting)
+                # splits that step's update into M micro-batches with gradient accumulation, one optimizer step
+                per_device_train_batch_size=p * k // spec.get("ours_micro_batches", 1),
+                gradient_accumulation_steps=spec.get("ours_micro_batches", 1),
+                gradient_checkpointing=False,
+                logging_steps=1,
+            )
+        config = MAGRPOConfig(output_dir=output_dir, **task, **tuned)
         trainer = MAGRPOTrainer(
             agents=agents,
             tokenizer=tokenizer,
@@ -439,6 +445,9 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             "per_device_train_batch_size": config.per_device_train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps,
             "steps_per_generation": config.steps_per_generation,
+            "update_chunk_size": config.update_chunk_size or config.per_device_train_batch_size,
+            "gradient_checkpointing": config.gradient_checkpointing,
+            "logging_steps": config.logging_steps,
             "temperature": config.temperature,
             "top_p": config.top_p,
             "top_k": config.top_k,
@@ -615,6 +624,8 @@ def print_report(spec: dict, results: dict, model_desc: str, skipped_note: str |
     print(
         f"  expected joint answers per prompt per epoch: K + K*K = {spec['num_generations'] + spec['num_generations'] ** 2}"
     )
+    if spec.get("defaults"):
+        print("  ours runs with MAGRPOConfig's defaults, except the fields that define the task (--defaults)")
     if spec.get("ours_micro_batches", 1) != 1:
         print(f"  DIAGNOSTIC: ours runs its update in {spec['ours_micro_batches']} micro-batches (gradient "
               "accumulation), not the comparison's single batch")  # fmt: skip
@@ -705,6 +716,8 @@ def main() -> None:
     parser.add_argument("--ours_micro_batches", type=int, default=1,
                         help="diagnostic: split our update into this many micro-batches (gradient accumulation; the "
                         "rollout and the single optimizer step are unchanged). The comparison's setting is 1.")  # fmt: skip
+    parser.add_argument("--defaults", action="store_true",
+                        help="ours with MAGRPOConfig's defaults, except the fields that define the task")  # fmt: skip
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--worker", choices=TRAINERS, help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
@@ -750,6 +763,7 @@ def main() -> None:
             "epochs": cli.epochs,
             "learning_rate": cli.learning_rate,
             "ours_micro_batches": cli.ours_micro_batches,
+            "defaults": cli.defaults,
             "revision": source_revision(),
             "versions": library_versions(),
             "temperature": 1.0,
