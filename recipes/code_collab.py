@@ -511,7 +511,9 @@ def feedback_text(agent: int, helper_code: str, main_code: str, entry_point: str
 def code_feedback(prompt, agent_completions, num_agents, **history) -> list:
     """Turn transition: tell each agent how the last joint answer did (the failing test and call, or the error)."""
     if num_agents != 2:
-        raise ValueError(f"code_feedback: this recipe has 2 agents (helper, entry point), got num_agents={num_agents}.")
+        raise ValueError(
+            f"code_feedback: this recipe has 2 agents (helper, entry point), got num_agents={num_agents}."
+        )
     missing = [k for k in ("entry_point", "test") if k not in history]
     if missing:
         raise ValueError(f"code_feedback needs the dataset columns {missing} (HumanEval rows from build_dataset()).")

@@ -83,7 +83,7 @@ DEMO_SIZE = {
     "max_steps": 2,  # 2 of the 4 prompts; `--max_steps -1` trains `num_train_epochs` epochs instead
     "num_train_epochs": 1,
     "max_completion_length": 24,
-    "gradient_checkpointing": False,  # TRL turns it on; a 135M model does not need it, and it costs time
+    "gradient_checkpointing": False,  # TRL turns it on with a GPU; a 135M model does not need it, and it costs time
     "save_strategy": "no",  # a checkpoint of 2 agents + Adam states is ~3 GB; pass --save_strategy steps for them
 }
 

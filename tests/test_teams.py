@@ -63,7 +63,9 @@ def team_gradients(trainer, inputs, separately):
 @pytest.mark.parametrize("n", [2, 3])
 def test_shared_base_lora_gradients_with_checkpointing(tmp_path, tokenizer, n):
     """One backward over every agent's loss gives each adapter the gradient of its own loss alone."""
-    trainer = shared_lora_trainer(tmp_path, tokenizer, n, lora={**LORA, "init_lora_weights": False})
+    trainer = shared_lora_trainer(
+        tmp_path, tokenizer, n, lora={**LORA, "init_lora_weights": False}, gradient_checkpointing=True
+    )
     team = trainer.team
     assert trainer.args.gradient_checkpointing
     team.train()

@@ -121,6 +121,7 @@ def main():
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, save_total_limit=cli.save_total_limit, disable_tqdm=True,
         deepspeed=cli.deepspeed, beta=cli.beta, use_vllm=cli.use_vllm, update_chunk_size=cli.update_chunk_size,
         generate_chunk_size=cli.generate_chunk_size,
+        gradient_checkpointing=True,  # TRL's GPU default: the runs check the update under activation checkpointing
         check_functions_before_training=False
     )  # fmt: skip
     rank = int(os.environ.get("RANK", "0"))
