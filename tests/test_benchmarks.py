@@ -8,9 +8,9 @@ import sys
 BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 
 
-def smoke(script: str) -> list[str]:
+def smoke(script: str, *args: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, os.path.join(BENCH, script), "--smoke"], capture_output=True, text=True,
+        [sys.executable, os.path.join(BENCH, script), "--smoke", *args], capture_output=True, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -21,6 +21,12 @@ def test_bench_memory_smoke():
     lines = smoke("bench_memory.py")
     assert any("shared base + LoRA" in line for line in lines)
     assert any("separate full models" in line for line in lines)
+
+
+def test_bench_memory_tree_smoke():
+    lines = smoke("bench_memory.py", "--tree")
+    # K=2 at per_device_train_batch_size=8: 8 rows per agent with one turn, 8 * (1 + 2) with two
+    assert [line.split()[:3] for line in lines[1:]] == [["2", "1", "8"], ["2", "2", "24"]]
 
 
 def test_bench_limit_smoke():

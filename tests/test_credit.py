@@ -69,6 +69,21 @@ def test_group_advantages_modes_by_hand():
     assert group_advantages(torch.ones(1, 4), "group").abs().max() == 0
 
 
+def test_advantage_baselines_by_hand():
+    """CoMLRL's advantage modes: mean, rloo (mean of the others), max, raw ("none")."""
+    returns = torch.tensor([[1.0, 2.0, 3.0, 6.0]])
+    others_mean = torch.tensor([[11 / 3, 10 / 3, 3.0, 2.0]])
+    torch.testing.assert_close(group_advantages(returns, "none", "rloo"), returns - others_mean)
+    torch.testing.assert_close(group_advantages(returns, "none", "max"), returns - 6.0)
+    torch.testing.assert_close(group_advantages(returns, "none", "none"), returns)
+    std = returns.std()
+    torch.testing.assert_close(group_advantages(returns, "group", "max"), (returns - 6.0) / (std + 1e-4))
+    # one completion: no "others", so RLOO falls back to the mean (zero advantage), as CoMLRL does
+    assert group_advantages(torch.ones(1, 1) * 5, "none", "rloo").item() == 0
+    with pytest.raises(ValueError, match="advantage_baseline must be one of .* got 'median'"):
+        group_advantages(returns, "none", "median")
+
+
 # ---------------------------------------------------------------- rollout trees with fake agents
 
 

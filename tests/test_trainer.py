@@ -201,3 +201,28 @@ def test_length_chunked_logps_equal_padded_logps(tmp_path, tokenizer):
     completion_mask = rows["completion_mask"].bool()
     torch.testing.assert_close(ours[0][completion_mask], padded[0][completion_mask], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours[1][completion_mask], padded[1][completion_mask], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("baseline, scale", [("rloo", 4 / 3), ("none", None), ("max", None)])
+def test_advantage_baseline_reaches_the_update(tmp_path, tokenizer, baseline, scale):
+    """One on-policy SGD step moves the weights linearly in the advantages: RLOO's step is K/(K-1) times GRPO's mean
+    baseline's; the raw and max baselines move them differently."""
+    steps = {}
+    for name in ("mean", baseline):
+        agents = team(tokenizer, n=1, seed=3)
+        before = {k: v.clone() for k, v in agents[0].state_dict().items()}
+        args = config(
+            tmp_path / name, max_steps=1, scale_rewards="none", advantage_baseline=name, learning_rate=0.5,
+            optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
+        )  # fmt: skip
+        trainer = MAGRPOTrainer(
+            agents=agents, tokenizer=tokenizer, reward_func=lambda completions: [len(c) / 10 for c in completions],
+            train_dataset=dataset(), args=args,
+        )  # fmt: skip
+        trainer.train()
+        steps[name] = torch.cat([(agents[0].state_dict()[k] - v).flatten() for k, v in before.items()])
+    assert steps["mean"].abs().max() > 1e-4
+    if scale is not None:
+        torch.testing.assert_close(steps[baseline], scale * steps["mean"], rtol=1e-3, atol=1e-6)
+    else:
+        assert (steps[baseline] - steps["mean"]).abs().max() > 1e-4

@@ -72,9 +72,11 @@ class JointReward:
     KEYWORDS = ("prompts", "turn", "trainer_state")
 
     def __init__(
-        self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int, columns: Sequence[str] = ()
-    ):
+        self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int, columns: Sequence[str] = (),
+        processor: Callable[[float], float] | None = None,
+    ):  # fmt: skip
         self.funcs = list(funcs)
+        self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
         if not self.funcs:
             raise ValueError("MAGRPOTrainer needs a joint reward: pass `reward_func=` (or `reward_funcs=`).")
         self.weights = [1.0] * len(self.funcs) if weights is None else [float(w) for w in weights]
@@ -97,17 +99,23 @@ class JointReward:
                 ) from None
 
     def __call__(self, completions: list[list[str]], turn: int, keywords: dict[str, Any]) -> tuple[list[float], list]:
-        """Joint reward per joint action (weighted sum over functions), and each function's raw values."""
+        """Joint reward per joint action (weighted sum over functions, of the processed values), and each function's
+        raw values."""
         count = len(completions[0])
         per_func = []
         for func, name in zip(self.funcs, self.names, strict=True):
             values = _run(func(*completions, **_pick_keywords(func, {**keywords, "turn": turn})))
             per_func.append(check_rewards(name, values, count, turn))
+        processed = per_func if self.processor is None else [self._process(vals, turn) for vals in per_func]
         total = []
         for j in range(count):
-            scored = [w * vals[j] for w, vals in zip(self.weights, per_func, strict=True) if vals[j] is not None]
+            scored = [w * vals[j] for w, vals in zip(self.weights, processed, strict=True) if vals[j] is not None]
             total.append(sum(scored) if scored else 0.0)
         return total, per_func
+
+    def _process(self, values: list[float | None], turn: int) -> list[float | None]:
+        out = [None if v is None else self.processor(v) for v in values]
+        return check_rewards(f"reward_processor({callable_name(self.processor)})", out, len(values), turn)
 
 
 def check_rewards(name: str, values: Any, count: int, turn: int) -> list[float | None]:

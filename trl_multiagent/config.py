@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -9,8 +10,9 @@ import torch
 from transformers.utils import logging
 from trl import GRPOConfig
 
+from . import comlrl
 from .chunking import check_loss_type
-from .credit import JOINT_MODES
+from .credit import ADVANTAGE_BASELINES, JOINT_MODES
 from .generation.vllm_settings import check_vllm_config
 
 
@@ -63,6 +65,11 @@ class MAGRPOConfig(GRPOConfig):
             K**N joint answers.
         max_new_tokens (`int` or `None`, *optional*):
             Alias of `max_completion_length`.
+        advantage_baseline (`str`, *optional*, defaults to `"mean"`):
+            What each completion's return is compared with, within its group (one agent's K completions at one node):
+            `"mean"`, the group mean (GRPO); `"rloo"`, the mean of the K - 1 others (RLOO); `"max"`, the group's best
+            return; `"none"`, nothing (raw returns, REINFORCE). `scale_rewards` then divides by the std, as in TRL.
+            CoMLRL's `advantage_mode` `mean`/`rloo`/`max`/`raw` are these four.
         trainable_agents (`list[int]` or `None`, *optional*):
             Agents that train; the others keep their weights (a fixed partner). `None` trains all.
         eval_do_sample (`bool`, *optional*, defaults to `True`):
@@ -144,6 +151,15 @@ class MAGRPOConfig(GRPOConfig):
     )
     max_new_tokens: int | None = field(
         default=None, metadata={"help": "Alias of `max_completion_length`; wins when both are given."}
+    )
+    advantage_baseline: str = field(
+        default="mean",
+        metadata={
+            "help": "What each completion's return is compared with, within its group of K: 'mean' (GRPO), 'rloo' "
+            "(the mean of the K-1 others), 'max' (the group's best), 'none' (raw returns). `scale_rewards` then "
+            "divides by the std as in TRL.",
+            "choices": list(ADVANTAGE_BASELINES),
+        },
     )
     trainable_agents: list[int] | None = field(
         default=None,
@@ -252,6 +268,10 @@ class MAGRPOConfig(GRPOConfig):
 
         if self.num_turns < 1:
             raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")
+        if self.advantage_baseline not in ADVANTAGE_BASELINES:
+            raise ValueError(
+                f"MAGRPOConfig: advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {self.advantage_baseline!r}."
+            )
         if self.joint_mode not in JOINT_MODES:
             raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
         for name, (default, instead) in UNSUPPORTED_FIELDS.items():
@@ -279,6 +299,12 @@ class MAGRPOConfig(GRPOConfig):
                 f"set per_device_train_batch_size={self.num_generations}."
             )
 
+    @property
+    def comlrl_settings(self) -> dict:
+        """CoMLRL config fields that the trainer reads (`num_agents`, `eval_num_samples`, `eval_interval`); see
+        `comlrl`."""
+        return getattr(self, "_comlrl_settings", {})
+
     def _configure_deepspeed_on_cpu(self):
         """DeepSpeed with several CPU processes: create the process group with gloo before the Trainer does.
 
@@ -300,3 +326,17 @@ class MAGRPOConfig(GRPOConfig):
             self.accelerator_config["use_configured_state"] = True
         else:
             self.accelerator_config.use_configured_state = True
+
+
+_dataclass_init = MAGRPOConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init_with_comlrl_names(self, *args, **kwargs):
+    # CoMLRL 1.4.3's field names, translated or refused before the dataclass sees them (`comlrl.config_keywords`):
+    # they are not dataclass fields, so they stay out of TrlParser's flags and clear of TrainingArguments' properties.
+    kwargs, self._comlrl_settings = comlrl.config_keywords(kwargs, MAGRPOConfig)
+    _dataclass_init(self, *args, **kwargs)
+
+
+MAGRPOConfig.__init__ = _init_with_comlrl_names

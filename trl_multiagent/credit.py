@@ -19,6 +19,7 @@ import torch
 
 
 JOINT_MODES = ("aligned", "cross")
+ADVANTAGE_BASELINES = ("mean", "rloo", "max", "none")
 SCALE_REWARDS = ("group", "batch", "none")
 
 
@@ -92,20 +93,37 @@ def _std(x: torch.Tensor, dim=None, keepdim=False) -> torch.Tensor:
     return x.std(dim=dim, keepdim=keepdim) if dim is not None else x.std()
 
 
-def group_advantages(returns: torch.Tensor, scale_rewards: str = "group") -> torch.Tensor:
-    """GRPO advantages for groups of K completions: ``(r - mean(group)) / (std + 1e-4)``.
+def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseline: str = "mean") -> torch.Tensor:
+    """Advantages for groups of K completions: ``(r - baseline(group)) / (std + 1e-4)``.
 
     Args:
         returns: ``(num_groups, K)``; one group is one agent's K completions at one node.
         scale_rewards: TRL's modes. ``"group"`` divides by the group's std, ``"batch"`` by the std of every return in
             ``returns``, ``"none"`` does not divide.
+        baseline: what is subtracted (`ADVANTAGE_BASELINES`): ``"mean"``, the group mean (GRPO); ``"rloo"``, the mean
+            of the K - 1 other completions (RLOO; K / (K - 1) times the ``"mean"`` advantage); ``"max"``, the group's
+            best return (every advantage <= 0); ``"none"``, nothing (the raw returns, REINFORCE).
 
     >>> group_advantages(torch.tensor([[1.0, 3.0]]), "none")
     tensor([[-1.,  1.]])
+    >>> group_advantages(torch.tensor([[1.0, 2.0, 6.0]]), "none", baseline="rloo")
+    tensor([[-3.0000, -1.5000,  4.5000]])
+    >>> group_advantages(torch.tensor([[1.0, 3.0]]), "none", baseline="max"), group_advantages(torch.tensor([[1.0, 3.0]]), "none", baseline="none")
+    (tensor([[-2.,  0.]]), tensor([[1., 3.]]))
     """
     if returns.dim() != 2:
         raise ValueError(f"group_advantages expects a (groups, K) tensor, got shape {tuple(returns.shape)}.")
-    centred = returns - returns.mean(dim=1, keepdim=True)
+    k = returns.size(1)
+    if baseline == "mean" or (baseline == "rloo" and k == 1):
+        centred = returns - returns.mean(dim=1, keepdim=True)
+    elif baseline == "rloo":
+        centred = (returns * k - returns.sum(dim=1, keepdim=True)) / (k - 1)
+    elif baseline == "max":
+        centred = returns - returns.max(dim=1, keepdim=True).values
+    elif baseline == "none":
+        centred = returns
+    else:
+        raise ValueError(f"advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {baseline!r}.")
     if scale_rewards == "none":
         return centred
     if scale_rewards == "group":

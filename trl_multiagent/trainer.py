@@ -22,7 +22,7 @@ from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head, pad
 
-from . import checkpoint
+from . import checkpoint, comlrl
 from .assembly import build_team, plan_team
 from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
 from .callables import JointReward, Transition, check_prompt
@@ -113,10 +113,19 @@ class MAGRPOTrainer(GRPOTrainer):
         callbacks=None,
         optimizers=(None, None),
         peft_config=None,
+        **comlrl_arguments,
     ):
         args = args if args is not None else MAGRPOConfig("MAGRPO")
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
+        # CoMLRL's own arguments (agent_model, reward_processor, model_config, wandb_config, ...): see `comlrl`
+        resolved = comlrl.trainer_arguments(
+            comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
+            eval_dataset=eval_dataset,
+        )  # fmt: skip
+        model, num_agents, formatters, eval_dataset = (
+            resolved[k] for k in ("model", "num_agents", "formatters", "eval_dataset")
+        )
         if args.cast_lm_head_to_fp32 or args.sync_ref_model:
             raise NotImplementedError("MAGRPOTrainer does not support `cast_lm_head_to_fp32` or `sync_ref_model` yet.")
 
@@ -132,7 +141,7 @@ class MAGRPOTrainer(GRPOTrainer):
         funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
         columns = [c for c in columns if c != "prompt"]
-        self.joint_reward = JointReward(funcs, args.reward_weights, n, columns)
+        self.joint_reward = JointReward(funcs, args.reward_weights, n, columns, resolved["reward_processor"])
         if formatters is not None and len(formatters) != n:
             raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
         self.formatters = list(formatters) if formatters is not None else None
@@ -326,7 +335,9 @@ class MAGRPOTrainer(GRPOTrainer):
         )
         returns = tree.returns(self.args.discount)
         credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
-        advantages = group_advantages(credited.flatten(0, 1), self.scale_rewards).view_as(credited)
+        advantages = group_advantages(
+            credited.flatten(0, 1), self.scale_rewards, self.args.advantage_baseline
+        ).view_as(credited)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.

@@ -1,0 +1,137 @@
+"""A CoMLRL 1.4.3 MAGRPO script runs with its import changed: its config fields and trainer arguments work here with
+the same meaning, or are refused, naming what to write instead, before anything is loaded."""
+
+import glob
+import os
+
+import pytest
+from conftest import SEED_PROMPTS, length_feedback
+from datasets import Dataset
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+
+
+def comlrl_config(tmp_path, **overrides):
+    """The config of a typical CoMLRL script: CoMLRL's own names throughout."""
+    values = dict(
+        output_dir=str(tmp_path / "run"), num_train_epochs=1, agent_learning_rate=1e-3, logging_steps=1, num_agents=2,
+        parallel_training="none", agent_devices=None, num_generations=2, max_new_tokens=6, temperature=0.8,
+        top_p=0.95, top_k=50, num_turns=2, discount=0.9, joint_mode="aligned", early_termination_threshold=None,
+        external_prompt_passthrough=True, eval_interval=4, eval_num_samples=2, eval_batch_size=1,
+        advantage_normalization=True, advantage_mode="rloo", reference_kl_enabled=False, reference_kl_coef=0.1,
+        reference_devices=None, report_to="none", seed=0,
+    )  # fmt: skip
+    values.update(overrides)
+    return MAGRPOConfig(**values)
+
+
+def test_config_fields_map_to_their_equivalents(tmp_path):
+    config = comlrl_config(tmp_path)
+    assert config.learning_rate == 1e-3
+    assert config.advantage_baseline == "rloo" and config.scale_rewards == "group" and config.beta == 0.0
+    assert config.comlrl_settings == {"num_agents": 2, "eval_num_samples": 2, "eval_interval": 4}
+    # CoMLRL evaluates every 4 one-prompt steps; a step here takes 8 rows / K=2 = 4 prompts
+    assert config.eval_strategy == "steps" and config.eval_steps == 1 and config.eval_on_start
+    assert config.per_device_eval_batch_size == 2  # 1 prompt x K rows
+    # TrainingArguments' own properties keep their meaning (rows per device times devices)
+    assert config.train_batch_size == config.per_device_train_batch_size
+    raw = comlrl_config(tmp_path, advantage_mode="raw", advantage_normalization=False, reference_kl_enabled=True)
+    assert raw.advantage_baseline == "none" and raw.scale_rewards == "none" and raw.beta == 0.1
+
+
+def test_comlrl_names_are_not_command_line_flags():
+    from trl import TrlParser
+
+    flags = {action.dest for action in TrlParser((MAGRPOConfig,))._actions}
+    assert {"learning_rate", "advantage_baseline", "num_turns"} <= flags
+    assert not flags & {"agent_learning_rate", "num_agents", "advantage_mode", "eval_interval", "rollout_buffer_size"}
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("parallel_training", "mp", "accelerate launch --config_file accelerate_configs/multi_gpu.yaml"),
+        ("agent_devices", ["cuda:0", "cuda:1"], "accelerate launch"),
+        ("reference_devices", ["cuda:1"], "accelerate launch"),
+        ("rollout_buffer_size", 2, "set per_device_train_batch_size"),
+        ("train_batch_size", 4, "update_chunk_size"),
+        ("external_prompt_passthrough", False, "call your formatter inside the transition"),
+        ("advantage_mode", "median", "advantage_baseline"),
+    ],
+)
+def test_fields_without_equivalent_are_refused_with_what_to_write(tmp_path, field, value, says):
+    with pytest.raises(ValueError, match=f"MAGRPOConfig: {field}") as raised:
+        comlrl_config(tmp_path, **{field: value})
+    assert says in str(raised.value)
+
+
+def test_a_comlrl_name_and_its_equivalent_must_agree(tmp_path):
+    with pytest.raises(ValueError, match="agent_learning_rate .* sets learning_rate=0.001, but learning_rate=0.1"):
+        comlrl_config(tmp_path, learning_rate=0.1)
+
+
+def test_comlrl_script_trains_and_evaluates(tmp_path, tokenizer, tiny_model_dir):
+    """CoMLRL's trainer surface: `agent_model` (an id, copied `num_agents` times), one formatter for every agent, a
+    reward processor, an eval dataset evaluated every `eval_interval` prompts, `model_config`."""
+    seen = []
+
+    def formatter(row):
+        seen.append(row["prompt"])
+        return row["prompt"]
+
+    def ratio_reward(completions1, completions2):
+        return [min(len(a), len(b)) / max(len(a), len(b), 1) for a, b in zip(completions1, completions2)]
+
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, num_agents=2, tokenizer=tokenizer, model_config={"torch_dtype": "float32"},
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), eval_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        reward_func=ratio_reward, reward_processor=lambda r: 2.0 * r + 1.0, formatters=formatter,
+        external_transition=length_feedback, args=comlrl_config(tmp_path),
+    )  # fmt: skip
+    assert trainer.num_agents == 2 and len(trainer.formatters) == 2
+    assert len(trainer.eval_dataset) == 2  # eval_num_samples
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]
+    evals = [h for h in trainer.state.log_history if "eval_turn_1/reward_mean" in h]
+    assert len(logs) == 1 and len(evals) == 2  # one step of 4 prompts; evaluated before it (eval_on_start) and after
+    log = logs[0]
+    for turn in (1, 2):  # the processor applies to every reward: the joint reward is 2 * raw + 1
+        raw = log[f"turn_{turn}/rewards/ratio_reward/mean"]
+        assert log[f"turn_{turn}/reward_mean"] == pytest.approx(2 * raw + 1, abs=1e-5)
+    assert set(seen) <= set(SEED_PROMPTS) and seen
+
+
+def test_trainer_arguments_without_equivalent_are_refused_before_loading(tmp_path, tokenizer):
+    args = comlrl_config(tmp_path)
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    common = dict(agent_model="/no/such/model", tokenizer=tokenizer, train_dataset=data, args=args)
+    with pytest.raises(ValueError, match="MAGRPOTrainer: eval_logger is a CoMLRL argument .* on_evaluate"):
+        MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), eval_logger=lambda **kw: {})
+    with pytest.raises(ValueError, match=r"model_config keys \['special_tokens'\]"):
+        MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), model_config={"special_tokens": {}})
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['rolout_buffer'\]"):
+        MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), rolout_buffer=2)
+    with pytest.raises(ValueError, match=r"num_agents=3, but MAGRPOConfig\(num_agents=2\)"):
+        MAGRPOTrainer(**common, num_agents=3, reward_func=lambda a, b: [0.0] * len(a))
+
+
+def test_wandb_config_reaches_a_real_wandb_run(tmp_path, tokenizer, tiny_model_dir, monkeypatch):
+    pytest.importorskip("wandb")
+    for variable in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_MODE", "WANDB_TAGS"):
+        monkeypatch.setenv(variable, "")  # restored (unset) after the test, whatever the trainer sets
+        monkeypatch.delenv(variable)
+    args = comlrl_config(tmp_path, num_turns=1, eval_interval=0, max_steps=1)
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        reward_func=lambda a, b: [float(len(x)) for x in a], args=args,
+        wandb_config={"project": "comlrl-dropin", "name": "run-a", "mode": "offline", "dir": str(tmp_path), "tags": ["t"]},
+    )  # fmt: skip
+    assert "wandb" in trainer.args.report_to and trainer.args.run_name == "run-a"
+    assert os.environ["WANDB_PROJECT"] == "comlrl-dropin" and os.environ["WANDB_TAGS"] == "t"
+    trainer.train()
+    import wandb
+
+    wandb.finish()
+    runs = glob.glob(os.path.join(str(tmp_path), "wandb", "offline-run-*"))
+    assert len(runs) == 1
+    assert any(f.endswith(".wandb") for f in os.listdir(runs[0]))
