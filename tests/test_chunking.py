@@ -148,3 +148,21 @@ def test_generation_in_chunks_keeps_nodes_together_and_equals_one_call(tmp_path,
         assert calls == ([5] if size is None else [2, 2, 1])
     assert len(completions[5]) == 10
     assert completions[5] == completions[None]
+
+
+def test_chunks_hold_whole_prompt_groups_despite_inert_rows(tokenizer):
+    """K=4 rows per prompt, three prompts, two inert rows (copies of the first row's prompt): chunks of 4 rows hold
+    one prompt each, and the inert rows a chunk of their own."""
+    generator = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in (3, 3, 5)]
+    rows = [prompts[p] for p in (0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2)]
+    completions = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in range(1, 13)]
+    batch = pad_rows(agent_rows(rows, completions, torch.randn(12, generator=generator), tokenizer.pad_token_id), 14)
+    chunks = update_chunks([batch], 4, "grpo")
+    assert len(chunks) == 4
+    for (agent_chunks, _), expected_real in zip(chunks, (4, 4, 4, 0)):
+        chunk = agent_chunks[0]
+        assert int(chunk["is_real"].sum()) == min(expected_real, len(chunk["is_real"]))
+        if expected_real:
+            prompt = chunk["prompt_ids"].masked_fill(chunk["prompt_mask"] == 0, -1)
+            assert torch.unique(prompt, dim=0).size(0) == 1  # one prompt per chunk

@@ -131,7 +131,8 @@ def length_chunks(
     """Rows sorted by length and cut into chunks of `chunk_rows`, each with the padding its rows share removed.
 
     With `group_prompts`, rows are ordered by prompt length, then prompt (rows that continue the same prompt sit
-    together, so a chunk can run that prompt once), then completion length; without, by total length.
+    together, so a chunk can run that prompt once), then completion length; without, by total length; rows without
+    a completion token come last.
     `input_ids` and `attention_mask` are ``(rows, prompt + completion)``, prompts left-padded and completions
     right-padded. Returns, per chunk, ``(row indices, first column to keep, completion columns to keep)``. The number
     of chunks depends on the row count alone, so processes with equal row counts run the same number of forwards (as
@@ -150,6 +151,9 @@ def length_chunks(
             order = order[torch.argsort(key[order], stable=True)]
     else:
         order = torch.argsort(prompt_len + completion_len, stable=True)
+    # Rows without a completion token (the inert rows of `pad_rows`, which copy the first row's prompt) go last, so
+    # that they do not break up a prompt's group: with `chunk_rows` a multiple of K, a prompt's K rows share a chunk.
+    order = order[torch.argsort((completion_len[order] == 0).int(), stable=True)]
     chunks = []
     for begin in range(0, len(order), chunk_rows):
         rows = order[begin : begin + chunk_rows]
