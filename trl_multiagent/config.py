@@ -100,7 +100,8 @@ class MAGRPOConfig(GRPOConfig):
             passes). A micro-batch holds every tree row of its prompts, which grows with K and `num_turns`; it runs in
             chunks of this size, each with its own backward, and the gradients accumulate inside the optimizer step.
             The update is the same (each chunk's loss is weighted as `loss_type` normalises); only memory and speed
-            change. `None` (default): `per_device_train_batch_size`.
+            change. A multiple of `num_generations` keeps each prompt's K rows in one chunk, so that `share_prompts`
+            runs the prompt once. `None` (default): `per_device_train_batch_size`.
         generate_chunk_size (`int` or `None`, *optional*):
             Most rows (prompts times K) of one agent in one `generate` call. A turn with more live nodes runs in
             several calls, a node's K rows always in the same call, in the same order on every process. `None`
