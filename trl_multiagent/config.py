@@ -255,7 +255,9 @@ class MAGRPOConfig(GRPOConfig):
             logger.info_once(
                 "MAGRPOConfig: ddp_find_unused_parameters=False (every agent runs a forward on every micro-step)."
             )
-        if self.gradient_checkpointing is None and self.activation_checkpointing is None:
+        # transformers 5.24 names it `activation_checkpointing` (`gradient_checkpointing` is its alias); 5.19 has only
+        # `gradient_checkpointing`
+        if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
             self.gradient_checkpointing = _has_accelerator()
             if not self.gradient_checkpointing:
                 logger.info_once(
