@@ -29,7 +29,9 @@ def test_config_fields_map_to_their_equivalents(tmp_path):
     config = comlrl_config(tmp_path)
     assert config.learning_rate == 1e-3
     assert config.advantage_baseline == "rloo" and config.scale_rewards == "group" and config.beta == 0.0
-    assert config.comlrl_settings == {"num_agents": 2, "eval_num_samples": 2, "eval_interval": 4}
+    assert config.comlrl_settings == {
+        "num_agents": 2, "eval_num_samples": 2, "eval_interval": 4, "external_prompt_passthrough": True,
+    }  # fmt: skip
     # CoMLRL evaluates every 4 one-prompt steps; a step here takes 8 rows / K=2 = 4 prompts
     assert config.eval_strategy == "steps" and config.eval_steps == 1 and config.eval_on_start
     assert config.per_device_eval_batch_size == 2  # 1 prompt x K rows
@@ -55,7 +57,6 @@ def test_comlrl_names_are_not_command_line_flags():
         ("reference_devices", ["cuda:1"], "accelerate launch"),
         ("rollout_buffer_size", 2, "set per_device_train_batch_size"),
         ("train_batch_size", 4, "update_chunk_size"),
-        ("external_prompt_passthrough", False, "call your formatter inside the transition"),
         ("advantage_mode", "median", "advantage_baseline"),
     ],
 )
@@ -135,3 +136,35 @@ def test_wandb_config_reaches_a_real_wandb_run(tmp_path, tokenizer, tiny_model_d
     runs = glob.glob(os.path.join(str(tmp_path), "wandb", "offline-run-*"))
     assert len(runs) == 1
     assert any(f.endswith(".wandb") for f in os.listdir(runs[0]))
+
+
+@pytest.mark.parametrize("passthrough", [False, True])
+def test_formatters_with_external_prompts_format_later_turns_unless_passthrough(
+    tmp_path, tokenizer, tiny_model_dir, passthrough
+):
+    """CoMLRL's multi-turn formatters take `external_prompts`: without passthrough (CoMLRL's default) each later
+    turn's prompt is `formatter(row with the transition's prompt, external_prompts=it)`; with it, the transition's."""
+    calls = []
+
+    def formatter(row, external_prompts=None):
+        calls.append(external_prompts)
+        return row["prompt"] if external_prompts is None else f"[{row['source']}] {external_prompts}"
+
+    args = comlrl_config(
+        tmp_path,
+        external_prompt_passthrough=passthrough,
+        eval_interval=0,
+        max_steps=1,
+        early_termination_threshold=None,
+    )
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, formatters=formatter, external_transition=length_feedback,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS, "source": ["seed"] * len(SEED_PROMPTS)}),
+        reward_func=lambda a, b, prompts: [float(str(p).startswith("[seed]")) for p in prompts[0]], args=args,
+    )  # fmt: skip
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["turn_1/reward_mean"] == 0.0  # first-turn prompts: the row's own
+    assert log["turn_2/reward_mean"] == (0.0 if passthrough else 1.0)
+    later = [c for c in calls if c is not None]
+    assert (len(later) == 0) if passthrough else (len(later) > 0 and all("Your last answer had" in c for c in later))

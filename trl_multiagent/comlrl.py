@@ -14,6 +14,7 @@ Fields with the same name and meaning in both (`num_train_epochs`, `logging_step
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -44,11 +45,6 @@ REFUSED_CONFIG_FIELDS = {
         "CoMLRL's train_batch_size counts buffered tree nodes per update; here the update takes whole trees (see "
         "per_device_train_batch_size), and update_chunk_size bounds the rows of one forward/backward",
     ),
-    "external_prompt_passthrough": (
-        True,
-        "here the transition's prompts are always given to the agents as they are (CoMLRL's "
-        "external_prompt_passthrough=True); to format them, call your formatter inside the transition",
-    ),
 }
 
 
@@ -59,8 +55,8 @@ def _default(name: str, kwargs: dict, config_class) -> Any:
 def config_keywords(kwargs: dict, config_class) -> tuple[dict, dict]:
     """Split `MAGRPOConfig(**kwargs)` into the keywords of the dataclass and the CoMLRL settings the trainer reads.
 
-    Returns ``(dataclass keywords, settings for the trainer)``: the settings hold `num_agents`, `eval_num_samples` and
-    `eval_interval` when given. Refuses what has no equivalent.
+    Returns ``(dataclass keywords, settings for the trainer)``: the settings hold `num_agents`, `eval_num_samples`,
+    `eval_interval` and `external_prompt_passthrough` when given. Refuses what has no equivalent.
     """
     kwargs, settings = dict(kwargs), {}
     for name, (inert, instead) in REFUSED_CONFIG_FIELDS.items():
@@ -70,6 +66,8 @@ def config_keywords(kwargs: dict, config_class) -> tuple[dict, dict]:
                 raise ValueError(
                     f"MAGRPOConfig: {name}={value!r} is a CoMLRL field with no equivalent here: {instead}."
                 )
+    if "external_prompt_passthrough" in kwargs:
+        settings["external_prompt_passthrough"] = bool(kwargs.pop("external_prompt_passthrough"))
     if "agent_learning_rate" in kwargs:
         _take(kwargs, "agent_learning_rate", "learning_rate")
     if "num_agents" in kwargs:
@@ -144,6 +142,20 @@ def _eval_interval(kwargs: dict, interval: int, k: int, config_class) -> None:
         f"MAGRPOConfig: eval_interval={interval} (CoMLRL, one-prompt steps) -> eval_strategy='steps', "
         f"eval_steps={steps} (a step here takes {prompts} prompts), eval_on_start=True."
     )
+
+
+def formats_later_turns(formatters, args) -> bool:
+    """CoMLRL formats every later turn's prompt too, with `formatter(row, external_prompts=prompt)`, unless
+    `external_prompt_passthrough=True`. Here that applies when every formatter takes `external_prompts` (CoMLRL's
+    multi-turn formatters do; they would fail in CoMLRL otherwise); other formatters shape the first turn only."""
+    if formatters is None or args.comlrl_settings.get("external_prompt_passthrough", False):
+        return False
+    return all("external_prompts" in inspect.signature(f).parameters for f in formatters)
+
+
+def format_later_turn(formatters, row: dict, prompts: list) -> list:
+    """Each agent's next prompt as CoMLRL writes it: its formatter on the row whose `prompt` is the transition's."""
+    return [f({**row, "prompt": p}, external_prompts=p) for f, p in zip(formatters, prompts, strict=True)]
 
 
 # CoMLRL MAGRPOTrainer arguments with no equivalent here.

@@ -145,6 +145,7 @@ class MAGRPOTrainer(GRPOTrainer):
         if formatters is not None and len(formatters) != n:
             raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
         self.formatters = list(formatters) if formatters is not None else None
+        self.formats_later_turns = comlrl.formats_later_turns(self.formatters, args)
         for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
             _check_dataset(name, dataset, formatters is not None)
         if args.num_turns > 1 and external_transition is None:
@@ -290,8 +291,19 @@ class MAGRPOTrainer(GRPOTrainer):
             }
             calls.append((row.get("prompt"), tree.answers(action_id), history))
         prompts = self.transition.many(calls, turn)
+        if self.formats_later_turns:  # CoMLRL's formatters(row, external_prompts=...), see `comlrl`
+            prompts = [
+                self._formatted(rows[tree.nodes[tree.joint_actions[a].node].row], p, turn + 1)
+                for a, p in zip(action_ids, prompts, strict=True)
+            ]
         self._phase_time["transition"] += time.perf_counter() - start
         return prompts
+
+    def _formatted(self, row: dict, prompts: list, turn: int) -> list:
+        formatted = comlrl.format_later_turn(self.formatters, row, prompts)
+        for i, prompt in enumerate(formatted):
+            check_prompt(f"formatters[{i}] (agent {i}) at turn {turn}, on the row {_short_row(row)}", prompt, True)
+        return formatted
 
     def _sync_turn(self, has_live_nodes: bool, error: BaseException | None) -> bool:
         """End-of-turn agreement across processes: another turn if any process has live nodes; stop all on failure."""
