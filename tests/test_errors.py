@@ -318,3 +318,8 @@ def test_a_tokenizer_without_pad_token_pads_with_eos_as_trl_does(tokenizer, args
     trainer = build(tok, args, data, agents=Agents(tokenizer), tokenizer=tok)
     assert trainer.tokenizers[0].pad_token == tok.eos_token
     assert trainer.team.agent(0).generation_config.pad_token_id == tok.eos_token_id
+
+
+def test_lomo_is_refused_since_the_update_runs_one_backward_per_chunk(tmp_path):
+    with pytest.raises(ValueError, match="MAGRPOConfig: optim='lomo' is not supported: LOMO fuses the optimizer step"):
+        MAGRPOConfig(output_dir=str(tmp_path), optim="lomo")

@@ -288,6 +288,11 @@ class MAGRPOConfig(GRPOConfig):
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(f"MAGRPOConfig: max_prompt_length must be >= 1 or None, got {self.max_prompt_length}.")
         check_loss_type(self.loss_type)
+        if str(getattr(self.optim, "value", self.optim)) in ("lomo", "adalomo"):
+            raise ValueError(
+                f"MAGRPOConfig: optim={self.optim.value!r} is not supported: LOMO fuses the optimizer step into each "
+                "backward, and the update runs one backward per chunk (update_chunk_size). Use another optimizer."
+            )
         for name in ("update_chunk_size", "generate_chunk_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"MAGRPOConfig: {name} must be >= 1 or None, got {getattr(self, name)}.")
