@@ -57,3 +57,20 @@ def test_loss_reads_the_inputs_we_build():
     for key in ["prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
                 "old_per_token_logps", "ref_per_token_logps"]:  # fmt: skip
         assert f'"{key}"' in source, key
+
+
+def test_loss_normalisations_are_the_ones_the_chunk_weights_assume():
+    """`chunking.chunk_weight` mirrors how TRL's `_compute_loss` normalises each loss type; a TRL release that
+    changes one (or adds a loss type) must fail here, not silently reweight the chunks."""
+    from trl_multiagent.chunking import LOSS_TYPES
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    assert 'if self.loss_type in ["grpo", "sapo"]:' in source
+    assert "((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()" in source  # per row, mean of rows
+    assert "(per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)" in source  # bnpo: per token of the call
+    assert "(per_token_loss.size(0) * self.max_completion_length)" in source  # dr_grpo: rows of the call
+    assert 'elif self.loss_type in ["cispo", "dapo", "vespo"]:' in source
+    assert 'inputs["num_items_in_batch"].clamp(min=1.0)' in source  # the generation batch's tokens
+    assert "(per_token_loss * mask).sum(-1).mean()" in source  # luspo: rows of the call
+    named = {name for name in LOSS_TYPES if f'"{name}"' in source}
+    assert named == set(LOSS_TYPES)
