@@ -72,7 +72,10 @@ class MAGRPOTrainer(GRPOTrainer):
         tokenizer / processing_class: one tokenizer for every agent, or one per agent.
         reward_func / reward_funcs: joint reward callable(s); weights from `args.reward_weights`.
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
-        formatters: optional per-agent callables mapping a dataset row to that agent's first prompt.
+        formatters: optional per-agent callables mapping a dataset row to that agent's first prompt (one callable
+            serves every agent).
+        **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, `model_config`, `wandb_config`),
+            translated or refused by `comlrl.trainer_arguments`.
 
     Example:
 
