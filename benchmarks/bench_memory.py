@@ -73,15 +73,10 @@ def run_one(layout: str, num_agents: int, hidden: int, layers: int, vocab: int, 
     }  # fmt: skip
 
 
-def vm_hwm_mb() -> float:
-    """The process's peak RSS since the last `reset_peak` (Linux)."""
+def status_mb(field: str) -> float:
+    """A memory line of /proc/self/status (Linux), in MB: `VmRSS` now, `VmHWM` the peak since `reset_peak`."""
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
-
-
-def vm_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
 
 
 def reset_peak() -> None:
@@ -118,18 +113,18 @@ def run_tree(k: int, turns: int, chunked: bool, hidden: int, layers: int, vocab:
     def measured_rollout(inputs):
         reset_peak()
         out = rollout(inputs)
-        peaks["rollout"] = vm_hwm_mb() - peaks["base"]
+        peaks["rollout"] = status_mb("VmHWM") - peaks["base"]
         rows["per_agent"] = out["agents"][0]["prompt_ids"].size(0)
         reset_peak()  # from here to the end of the training step: the update
         return out
 
     def measured_step(*a, **kw):
         loss = step(*a, **kw)
-        peaks["update"] = vm_hwm_mb() - peaks["base"]
+        peaks["update"] = status_mb("VmHWM") - peaks["base"]
         return loss
 
     trainer._generate_and_score_completions, trainer.training_step = measured_rollout, measured_step
-    peaks["base"] = vm_rss_mb()
+    peaks["base"] = status_mb("VmRSS")
     trainer.train()
     return {"k": k, "turns": turns, "chunked": chunked, "rows_per_agent": rows["per_agent"],
             "rollout_mb": round(peaks["rollout"], 1), "update_mb": round(peaks["update"], 1)}  # fmt: skip

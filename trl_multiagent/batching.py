@@ -45,6 +45,11 @@ def _rows(batch: dict) -> int:
     return batch["prompt_ids"].size(0)
 
 
+def take_rows(batch: dict, rows: torch.Tensor | slice) -> dict:
+    """The given rows of every per-row tensor; scalars (``num_items_in_batch``) as they are."""
+    return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}
+
+
 def pad_rows(batch: dict, num_rows: int) -> dict:
     """Append inert rows until the batch has `num_rows` rows.
 
@@ -99,15 +104,12 @@ def split_micro_batches(agent_batches: list[dict], num_chunks: int, generator=No
     for batch in agent_batches:
         n = _rows(batch)
         order = torch.randperm(n, generator=generator)
-        shuffled = {k: v[order] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}
+        shuffled = take_rows(batch, order)
         target = -(-n // num_chunks) * num_chunks
         padded = pad_rows(shuffled, target)
         size = target // num_chunks
         for s in range(num_chunks):
-            chunk = {
-                k: v[s * size : (s + 1) * size] if isinstance(v, torch.Tensor) and v.dim() > 0 else v
-                for k, v in padded.items()
-            }
+            chunk = take_rows(padded, slice(s * size, (s + 1) * size))
             micro_batches[s].append(trim(chunk))
     return micro_batches
 

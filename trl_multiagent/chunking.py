@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .batching import length_chunks, trim
+from .batching import length_chunks, take_rows, trim
 
 
 ROW_NORMALISED_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
@@ -48,13 +48,6 @@ def chunk_weight(loss_type: str, chunk: dict, whole: dict) -> float:
     return chunk["completion_mask"].size(0) / max(int(whole["is_real"].sum()), 1)
 
 
-def _take(batch: dict, rows: torch.Tensor) -> dict:
-    return {
-        key: value[rows] if isinstance(value, torch.Tensor) and value.dim() > 0 else value
-        for key, value in batch.items()
-    }
-
-
 def update_chunks(
     agent_batches: list[dict], chunk_rows: int, loss_type: str, group_prompts: bool = True
 ) -> list[tuple[list[dict], list[float]]]:
@@ -78,6 +71,6 @@ def update_chunks(
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         cuts = length_chunks(input_ids, attention_mask, batch["completion_ids"].size(1), chunk_rows, group_prompts)
-        chunks = [trim(_take(batch, rows)) for rows, _, _ in cuts]
+        chunks = [trim(take_rows(batch, rows)) for rows, _, _ in cuts]
         per_agent.append([(chunk, chunk_weight(loss_type, chunk, batch)) for chunk in chunks])
     return [tuple(map(list, zip(*chunk))) for chunk in zip(*per_agent)]
