@@ -61,13 +61,13 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `sandbox.py` lies beside this file
 
-import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from sandbox import SandboxResult, check_sandbox, run_python  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from trl import TrlParser  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+from trl import ModelConfig, TrlParser  # noqa: E402
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+from trl_multiagent.model_config import team_from_model_config  # noqa: E402
 from trl_multiagent.plot import last_logged  # noqa: E402
 
 
@@ -91,6 +91,7 @@ REWARD_LEVELS = tuple(
 )
 
 RECIPE_DEFAULTS = {
+    "model_name_or_path": "Qwen/Qwen2.5-Coder-0.5B-Instruct",  # TRL's ModelConfig field
     "output_dir": "outputs/code_collab",
     "num_turns": 2,
     "num_train_epochs": 1,
@@ -541,21 +542,12 @@ def code_feedback(prompt, agent_completions, num_agents, **history) -> list:
 
 @dataclass
 class ScriptArguments:
-    """Arguments of the code-collaboration recipe that are not training arguments."""
+    """Arguments of the code-collaboration recipe that are neither training arguments (MAGRPOConfig) nor model
+    arguments (TRL's ModelConfig: `--model_name_or_path`, default Qwen/Qwen2.5-Coder-0.5B-Instruct, `--dtype`,
+    `--attn_implementation`, `--use_peft`, `--lora_r`, ...)."""
 
-    model_name_or_path: str = field(
-        default="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        metadata={"help": "Model id on the Hugging Face Hub, or a local folder written by `save_pretrained`."},
-    )
     num_problems: int = field(default=164, metadata={"help": "Number of HumanEval problems to train on (of 164)."})
     first_problem: int = field(default=0, metadata={"help": "Index of the first HumanEval problem (file order)."})
-    dtype: str = field(
-        default="float32",
-        metadata={
-            "help": "dtype to load each agent's weights in (as TRL's ModelConfig; float32 by default).",
-            "choices": ["auto", "bfloat16", "float16", "float32"],
-        },
-    )
     chat_format: str = field(
         default="auto",
         metadata={
@@ -577,12 +569,13 @@ class ScriptArguments:
 
 
 def make_parser() -> TrlParser:
-    parser = TrlParser((ScriptArguments, MAGRPOConfig))
+    """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
+    parser = TrlParser((ScriptArguments, MAGRPOConfig, ModelConfig))
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
 
 
-def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTrainer:
+def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> MAGRPOTrainer:
     SETTINGS.timeout_s = script_args.sandbox_timeout_s
     SETTINGS.memory_mb = script_args.sandbox_memory_mb
     SETTINGS.workers = script_args.sandbox_workers
@@ -591,14 +584,16 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTra
     check_sandbox(SETTINGS.backend, memory_mb=SETTINGS.memory_mb)
 
     dataset = build_dataset(script_args.num_problems, script_args.first_problem)
-    dtype = script_args.dtype if script_args.dtype == "auto" else getattr(torch, script_args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(script_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path,
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+    )
     chat = script_args.chat_format == "chat" or (
         script_args.chat_format == "auto" and getattr(tokenizer, "chat_template", None) is not None
     )
-    agents = [AutoModelForCausalLM.from_pretrained(script_args.model_name_or_path, dtype=dtype) for _ in range(2)]
     trainer = MAGRPOTrainer(
-        agents=agents,
+        **team_from_model_config(model_args, 2, training_args),
         tokenizer=tokenizer,
         reward_func=code_reward,
         external_transition=code_feedback,
@@ -618,5 +613,5 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTra
 
 
 if __name__ == "__main__":
-    script_args, training_args = make_parser().parse_args_and_config()
-    main(script_args, training_args)
+    script_args, training_args, model_args = make_parser().parse_args_and_config()
+    main(script_args, training_args, model_args)

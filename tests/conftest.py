@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import shutil
 import sys
 
 import pytest
@@ -15,6 +16,26 @@ from tiny import make_model, make_tokenizer  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 from length_ratio import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
 from length_ratio import length_feedback, length_ratio_reward  # noqa: E402, F401
+
+
+# The sandbox tests (recipes/sandbox.py) need bubblewrap, which pip cannot install. Without it they fail with the install
+# line, so that a quarter of the suite is never skipped unseen; setting this variable to 1 skips them instead.
+SKIP_SANDBOX_TESTS = "TRL_MULTIAGENT_SKIP_SANDBOX_TESTS"
+
+
+@pytest.fixture
+def bubblewrap():
+    """Use through `@pytest.mark.usefixtures("bubblewrap")` on tests that run programs in the bwrap sandbox."""
+    if shutil.which("bwrap") is not None and shutil.which("prlimit") is not None:
+        return
+    if os.environ.get(SKIP_SANDBOX_TESTS) == "1":
+        pytest.skip(f"bubblewrap is not installed and {SKIP_SANDBOX_TESTS}=1")
+    pytest.fail(
+        "The sandbox tests need bubblewrap (bwrap) and prlimit, which pip cannot install: run "
+        "`apt-get install -y bubblewrap util-linux` (as root), or set "
+        f"{SKIP_SANDBOX_TESTS}=1 to skip these tests.",
+        pytrace=False,
+    )
 
 
 @pytest.fixture(scope="session")

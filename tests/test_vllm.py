@@ -452,8 +452,8 @@ def test_length_ratio_recipe_with_use_vllm(vllm_model_dir, tmp_path):
     recipe = _load_recipe("length_ratio")
     flags = ["--model_name_or_path", vllm_model_dir, "--output_dir", str(tmp_path / "run"), "--max_steps", "2",
              "--max_new_tokens", "6", "--report_to", "none", "--seed", "0", "--use_vllm", "true"]  # fmt: skip
-    script_args, training_args = recipe.make_parser().parse_args_and_config(args=flags)
-    trainer = recipe.main(script_args, training_args)
+    script_args, training_args, model_args = recipe.make_parser().parse_args_and_config(args=flags)
+    trainer = recipe.main(script_args, training_args, model_args)
     assert_vllm_run(trainer, 2)
     assert (tmp_path / "run" / "agent_1" / "model.safetensors").is_file()
     trainer.generator.close()
@@ -465,7 +465,7 @@ def test_code_collab_recipe_with_use_vllm(vllm_model_dir, tmp_path):
     if shutil.which("bwrap") is None:
         pytest.fail("the code recipe's sandbox needs bubblewrap (`apt-get install bubblewrap`; .ci/run installs it)")
     cc = _load_recipe("code_collab")
-    script_args, training_args = cc.make_parser().parse_args_and_config(
+    script_args, training_args, model_args = cc.make_parser().parse_args_and_config(
         args=[
             "--model_name_or_path", vllm_model_dir, "--output_dir", str(tmp_path / "run"), "--num_problems", "2",
             "--num_generations", "2", "--per_device_train_batch_size", "2", "--max_new_tokens", "8",
@@ -473,7 +473,7 @@ def test_code_collab_recipe_with_use_vllm(vllm_model_dir, tmp_path):
             "--use_vllm", "true",
         ]
     )  # fmt: skip
-    trainer = cc.main(script_args, training_args)
+    trainer = cc.main(script_args, training_args, model_args)
     assert_vllm_run(trainer, 2)
     assert "turn_2/reward_mean" in trainer.state.log_history[-2]
     trainer.generator.close()

@@ -6,7 +6,9 @@
 or, in Python, `plot_run(trainer.state.log_history, "curves.png")`.
 
 The figure has two panels: `turn_{t}/reward_mean` for every turn t (shaded by `turn_{t}/reward_std` when logged), and
-`agent_{i}/completions/mean_length` for every agent i, both over training steps. Needs matplotlib (the `demo` or `plot`
+`agent_{i}/completions/mean_length` for every agent i, both over training steps. Per-step values are drawn as points;
+from `SMOOTH_FROM` steps on, a centred moving average over about an eighth of the run is drawn through them, so the
+trend shows through the step-to-step noise. Needs matplotlib (the `demo` or `plot`
 extra); it draws with the Agg backend and leaves pyplot's global backend alone.
 """
 
@@ -19,10 +21,11 @@ import re
 import sys
 from pathlib import Path
 
+from .summary import AGENT_LENGTH, TURN_REWARD, smooth
+
 
 TRAINER_STATE = "trainer_state.json"
-TURN_KEY = re.compile(r"^turn_(\d+)/reward_mean$")
-AGENT_KEY = re.compile(r"^agent_(\d+)/completions/mean_length$")
+SMOOTH_FROM = 8  # steps; a shorter run is drawn as its points only
 FIGSIZE = (11.0, 4.0)  # inches
 DPI = 100  # so the PNG is 1100 x 400 pixels
 
@@ -93,6 +96,18 @@ def _std(log_history: list[dict], turn: int, steps: list) -> list[float] | None:
     return None if any(not isinstance(s, (int, float)) for s in stds) else [float(s) for s in stds]
 
 
+def _points_and_trend(ax, steps: list, values: list[float], label: str):
+    """The per-step values as points, and from SMOOTH_FROM steps on their moving average as a line."""
+    if len(values) < SMOOTH_FROM:
+        (line,) = ax.plot(steps, values, marker="o", markersize=3, label=label)
+        return line
+    (line,) = ax.plot(steps, values, "o", markersize=3, alpha=0.45, label=f"{label} (per step)")
+    window = max(3, len(values) // 8) | 1  # odd, so the average is centred on its step
+    ax.plot(steps, smooth(values, window), "-", linewidth=2, color=line.get_color(),
+            label=f"{label} ({window}-step moving average)")  # fmt: skip
+    return line
+
+
 def plot_run(
     run_dir_or_log_history: str | os.PathLike | list[dict],
     out_png: str | os.PathLike | None = None,
@@ -128,8 +143,8 @@ def plot_run(
         if out_png is None:
             out_png = run_dir / "rewards.png"
 
-    turns = series(log_history, TURN_KEY)
-    agents = series(log_history, AGENT_KEY)
+    turns = series(log_history, TURN_REWARD)
+    agents = series(log_history, AGENT_LENGTH)
     if not turns and not agents:
         keys = sorted({k for e in log_history for k in e})
         raise ValueError(
@@ -142,14 +157,14 @@ def plot_run(
     FigureCanvasAgg(figure)
     reward_ax, length_ax = figure.subplots(1, 2)
     for turn, (steps, values) in turns.items():
-        (line,) = reward_ax.plot(steps, values, marker="o", markersize=3, label=f"turn {turn}")
+        line = _points_and_trend(reward_ax, steps, values, f"turn {turn}")
         std = _std(log_history, turn, steps)
         if std is not None:
             low = [v - s for v, s in zip(values, std)]
             high = [v + s for v, s in zip(values, std)]
-            reward_ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+            reward_ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, linewidth=0)
     for agent, (steps, values) in agents.items():
-        length_ax.plot(steps, values, marker="o", markersize=3, label=f"agent {agent}")
+        _points_and_trend(length_ax, steps, values, f"agent {agent}")
 
     for ax, data, heading, ylabel in (
         (reward_ax, turns, "turn_t/reward_mean (shaded: ± turn_t/reward_std)", "joint reward"),

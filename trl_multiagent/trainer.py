@@ -172,9 +172,11 @@ class MAGRPOTrainer(GRPOTrainer):
         self.trainable_agents = plan.trainable
 
         # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
-        # reference and the team's engines are built below instead.
+        # reference and the team's engines are built below instead. The models are loaded: GRPOTrainer would warn
+        # that `model_init_kwargs` is ignored, though `build_team` just used it.
         beta, args.beta = args.beta, 0.0
         use_vllm, args.use_vllm = args.use_vllm, False
+        model_init_kwargs, args.model_init_kwargs = args.model_init_kwargs, None
         try:
             super().__init__(
                 model=self.team,
@@ -187,7 +189,7 @@ class MAGRPOTrainer(GRPOTrainer):
                 optimizers=optimizers,
             )
         finally:
-            args.beta, args.use_vllm = beta, use_vllm
+            args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
         self.beta, self.use_vllm = beta, use_vllm
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
         del self.team.forward
