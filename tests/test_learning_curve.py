@@ -1,0 +1,87 @@
+"""benchmarks/learning_curve.py: the recorder both trainers are measured with, the statistics, and the smoke run."""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+sys.path.insert(0, BENCH)
+import learning_curve as lc  # noqa: E402
+
+
+def test_recorder_times_turns_and_parents(tmp_path):
+    recorder = lc.RewardRecorder(str(tmp_path / "r.jsonl"), budget_s=60)
+    reward, transition = recorder.reward(False), recorder.transition(False)
+    assert reward(["a"], ["bb"], prompts=[["p"], ["p"]]) == [pytest.approx(1.0)]  # before start(): not recorded
+    recorder.start()
+    first = ["x" * 10, "x" * 10]  # agent 2 / agent 1 = 1.0 for both joint answers -> exp(-1)
+    second = ["y" * 10, "y" * 25]  # 1.0 and 2.5 -> exp(-1), 1.0
+    turn1 = reward(first, second, prompts=[["Task"] * 2, ["Task"] * 2])
+    children = [transition("Task", [a, b], 2) for a, b in zip(first, second)]
+    turn2 = reward(["z" * 4, "z" * 4], ["z" * 8, "z" * 4],
+                   prompts=[[c[0] for c in children], [c[1] for c in children]])  # fmt: skip
+    recorder.file.close()
+    lines = lc.read_records(str(tmp_path / "r.jsonl"))
+    assert [line["turn"] for line in lines] == [1, 1, 2, 2]
+    assert [line["reward"] for line in lines] == pytest.approx(turn1 + turn2)
+    assert [line["parent"] for line in lines[2:]] == pytest.approx(turn1)  # each child names its own parent
+    # CoMLRL's convention (one joint answer, its agents' prompts) finds the same parent
+    recorder.file = open(tmp_path / "c.jsonl", "w")
+    reward(["z" * 4], ["z" * 8], prompts=list(children[1]))
+    recorder.file.close()
+    assert lc.read_records(str(tmp_path / "c.jsonl"))[0]["parent"] == pytest.approx(turn1[1])
+
+
+def test_recorder_stops_the_run_past_the_budget(tmp_path):
+    recorder = lc.RewardRecorder(str(tmp_path / "r.jsonl"), budget_s=0.0)
+    reward = recorder.reward(False)
+    recorder.start()
+    with pytest.raises(lc.BudgetReached):
+        reward(["a"], ["bb"], prompts=[["p"], ["p"]])
+
+
+def test_summary_over_seeds_by_hand():
+    def run(first, last):  # 100 s budget: answers at t=10 (first quarter), 50 (middle), 90 (last quarter)
+        return [{"t": 10, "turn": 1, "reward": first}, {"t": 50, "turn": 1, "reward": 0.0},
+                {"t": 90, "turn": 1, "reward": last}, {"t": 90, "turn": 2, "reward": last + 0.1, "parent": last}]  # fmt: skip
+
+    s = lc.summarize([run(0.3, 0.5), run(0.3, 0.7), run(0.4, 0.7)], budget_s=100, target=0.6, bins=4)
+    assert s[1]["first"][0] == pytest.approx(1 / 3) and s[1]["last"][0] == pytest.approx(0.633333)
+    diff, se = s[1]["diff"]  # per-seed differences 0.2, 0.4, 0.3: mean 0.3, SE 0.1 / sqrt(3)
+    assert diff == pytest.approx(0.3) and se == pytest.approx(0.1 / 3**0.5) and s[1]["learns"]
+    assert s[1]["time_to_target"] == pytest.approx(87.5)  # the last of 4 bins, centred at 87.5 s
+    assert s["second_turn_value"][0] == pytest.approx(0.1)
+    assert not lc.summarize([run(0.3, 0.5), run(0.5, 0.3)], 100, 0.6, 4)[1]["learns"]
+
+
+def test_smoke_run_writes_records_table_and_plot(tmp_path):
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "learning_curve.py"), "--smoke", "--trainers", "ours", "--seeds", "0",
+         "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    table = (tmp_path / "learning_curve.md").read_text()
+    assert "| ours | 1 |" in table and "| ours | 2 |" in table
+    assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for seed in (0, 1):
+        records = lc.read_records(str(tmp_path / "records" / f"ours_seed{seed}.jsonl"))
+        assert records == sorted(records, key=lambda r: r["t"])
+        turn1 = [r["reward"] for r in records if r["turn"] == 1]
+        children = collections.Counter(r["parent"] for r in records if r["turn"] == 2)
+        # early termination at 0.9: every turn-1 joint answer below it grows K=4 children, and only those
+        assert sum(children.values()) == 4 * sum(r < 0.9 for r in turn1[: len(turn1)]) - 4 * _unfinished(records)
+        assert set(children) <= set(turn1)
+
+
+def _unfinished(records):
+    """Turn-1 answers of the last step, whose children the budget cut off (the run stops at a reward call)."""
+    last_turn1_time = max(r["t"] for r in records if r["turn"] == 1)
+    if any(r["turn"] == 2 and r["t"] > last_turn1_time for r in records):
+        return 0
+    return sum(r["reward"] < 0.9 for r in records if r["turn"] == 1 and r["t"] == last_turn1_time)
