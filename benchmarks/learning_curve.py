@@ -58,6 +58,7 @@ from bench_vs_comlrl import (  # noqa: E402  (the same model presets, versions, 
     load_average,
     source_revision,
 )
+from seed_task import as_user_message, chat_length_feedback  # noqa: E402
 
 
 TRAINERS = ("ours", "comlrl")
@@ -71,12 +72,6 @@ class BudgetReached(Exception):
 def prompt_text(prompt) -> str:
     """A prompt's text: the string, or the last message's content of a chat prompt."""
     return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
-
-
-def chat_length_feedback(prompt, agent_completions, num_agents, **history):
-    """The seed's feedback for a conversational dataset: the same text, as one user message per agent."""
-    texts = length_feedback(prompt_text(prompt), agent_completions, num_agents, **history)
-    return [[{"role": "user", "content": text}] for text in texts]
 
 
 class RewardRecorder:
@@ -95,7 +90,7 @@ class RewardRecorder:
     def start(self):
         self.start_time = time.perf_counter()
 
-    def reward(self, transition_is_chat: bool):
+    def reward(self):
         recorder = self
 
         def length_ratio_reward_recorded(completions1, completions2, *, prompts=None):
@@ -118,9 +113,8 @@ class RewardRecorder:
         length_ratio_reward_recorded.__name__ = "length_ratio_reward"
         return length_ratio_reward_recorded
 
-    def transition(self, chat: bool):
+    def transition(self, feedback):
         recorder = self
-        feedback = chat_length_feedback if chat else length_feedback
 
         def length_feedback_recorded(prompt, agent_completions, num_agents, **history):
             out = feedback(prompt, agent_completions, num_agents, **history)
@@ -145,6 +139,23 @@ def _first_agent_prompts(prompts, n: int):
 # ---------------------------------------------------------------------- worker side (one trainer, one seed)
 
 
+def templated_task(tokenizer):
+    """The seed's prompts and feedback as text with the chat template applied, for a trainer that takes text: the
+    same tokens as ours on the conversational dataset."""
+    originals = {}
+
+    def template(text):
+        templated = tokenizer.apply_chat_template(as_user_message(text), tokenize=False, add_generation_prompt=True)
+        originals[templated] = text
+        return templated
+
+    def templated_length_feedback(prompt, agent_completions, num_agents, **history):
+        texts = length_feedback(originals[prompt], agent_completions, num_agents, **history)
+        return [template(text) for text in texts]
+
+    return [template(p) for p in PROMPTS], templated_length_feedback
+
+
 def run_worker(trainer_name: str, spec: dict) -> dict:
     import random
 
@@ -163,7 +174,12 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    prompts = [[{"role": "user", "content": p}] for p in PROMPTS] if chat else list(PROMPTS)
+    if not chat:
+        prompts, feedback = list(PROMPTS), length_feedback
+    elif trainer_name == "ours":  # a conversational dataset: ours applies the chat template
+        prompts, feedback = [as_user_message(p) for p in PROMPTS], chat_length_feedback
+    else:  # CoMLRL formats text: it gets the same prompts with the chat template already applied
+        prompts, feedback = templated_task(tokenizer)
     dataset = Dataset.from_dict({"prompt": prompts})
     task = dict(num_generations=4, num_turns=2, max_new_tokens=spec["max_new_tokens"], top_p=1.0, top_k=0,
                 temperature=spec["temperature"], early_termination_threshold=0.9, joint_mode="aligned",
@@ -181,7 +197,7 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             agent_devices=spec["device"], eval_interval=0, logging_steps=10**9,
         )  # fmt: skip
         trainer = CoMAGRPOTrainer(agents=agents, num_agents=2, tokenizer=tokenizer, train_dataset=dataset,
-                                  reward_func=recorder.reward(chat), external_transition=recorder.transition(chat),
+                                  reward_func=recorder.reward(), external_transition=recorder.transition(feedback),
                                   args=config)  # fmt: skip
         trainer.verbose = False
     else:
@@ -193,7 +209,7 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, seed=seed, bf16=False,
             use_cpu=spec["device"] == "cpu",
         )  # fmt: skip
-        team = dict(reward_func=recorder.reward(chat), external_transition=recorder.transition(chat),
+        team = dict(reward_func=recorder.reward(), external_transition=recorder.transition(feedback),
                     train_dataset=dataset, args=config, tokenizer=tokenizer)  # fmt: skip
         if spec["lora_r"]:
             from peft import LoraConfig
@@ -362,7 +378,8 @@ def main() -> None:
     parser.add_argument("--max_new_tokens", type=int, default=24)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompt_format", choices=["plain", "chat"], default="plain",
-                        help="chat: a conversational dataset (the model's chat template); ours only")  # fmt: skip
+                        help="chat: the model's chat template (ours: a conversational dataset; CoMLRL: the same "
+                        "prompts with the template applied as text)")  # fmt: skip
     parser.add_argument("--ours_lr", type=float, default=3e-4)
     parser.add_argument("--ours_lora_r", type=int, default=16, help="shared-base LoRA rank; 0 = full fine-tuning")
     parser.add_argument("--ours_loss_type", default="dapo")
@@ -382,9 +399,6 @@ def main() -> None:
     trainers = [t.strip() for t in cli.trainers.split(",") if t.strip()]
     if not trainers or any(t not in TRAINERS for t in trainers):
         raise SystemExit(f"learning_curve: --trainers takes a subset of {TRAINERS}, got {cli.trainers!r}.")
-    if cli.prompt_format == "chat" and "comlrl" in trainers:
-        raise SystemExit("learning_curve: --prompt_format chat is for ours only (pass --trainers ours); CoMLRL's "
-                         "trainer formats plain prompts.")  # fmt: skip
     skipped = None
     if "comlrl" in trainers:
         ok, detail = comlrl_available(cli.comlrl_python)

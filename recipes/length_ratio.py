@@ -33,11 +33,12 @@ The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_g
 logging_steps=1, early_termination_threshold=0.9 (RECIPE_DEFAULTS). On the embedded default model (no
 `--model_name_or_path`), the run is demo-sized so that it finishes in minutes on a CPU, with the same semantics:
 DEMO_SIZE below: the setting that learns fastest on a 2-core CPU (benchmarks/learning.md), 16 steps of 1 prompt each,
-24 new tokens, shared-base LoRA (r=16, all linear layers) at learning rate 1e-3, about 10 minutes. The example's own
+24 new tokens, the model's chat template, shared-base LoRA (r=16, all linear layers) at learning rate 1e-3, about
+10 minutes. The example's own
 size on the default model (full fine-tuning at TRL's default learning rate):
 
     python recipes/length_ratio.py --max_steps -1 --num_train_epochs 2 --per_device_train_batch_size 8 \
-        --max_new_tokens 64 --save_strategy steps --use_peft false --learning_rate 1e-6
+        --max_new_tokens 64 --save_strategy steps --use_peft false --learning_rate 1e-6 --prompt_format plain
 
 Precedence: command-line flags > `--config` YAML > DEMO_SIZE (default model only) > RECIPE_DEFAULTS.
 
@@ -66,7 +67,13 @@ from trl_multiagent.summary import summary_lines
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402  (the seed's task, shared)
+from seed_task import (  # noqa: E402  (the seed's task, shared)
+    PROMPTS,
+    as_user_message,
+    chat_length_feedback,
+    length_feedback,
+    length_ratio_reward,
+)
 
 
 # The example's MAGRPOConfig values. `max_completion_length` (of which `max_new_tokens` is an alias) carries the 64, so
@@ -83,13 +90,14 @@ RECIPE_DEFAULTS = {
 # The main job's setting, used on top of RECIPE_DEFAULTS when no `--model_name_or_path` is given (the embedded default
 # model): the fastest setting found that clearly learns on a 2-core CPU in about 10 minutes (benchmarks/learning.md).
 # Same semantics (2 agents, 2 turns, K=4, the feedback transition, threshold 0.9); one shared base with one LoRA
-# adapter per agent, a high learning rate, 1 prompt per step, 24 new tokens.
+# adapter per agent, a high learning rate, the chat template, 1 prompt per step, 24 new tokens.
 DEMO_SIZE = {
     "per_device_train_batch_size": 4,  # 4 rows = 1 prompt x K=4 per step
     "max_steps": 16,  # 4 epochs of the 4 prompts; `--max_steps -1` trains `num_train_epochs` epochs instead
     "num_train_epochs": 1,
     "max_completion_length": 24,
     "learning_rate": 1e-3,  # for the LoRA adapters; TRL's default (1e-6) moves nothing in 16 steps
+    "prompt_format": "chat",  # the instruct model's own format; it learned faster than plain text
     "use_peft": True,  # TRL's ModelConfig: one base, one adapter per agent (the shared-base team)
     "lora_r": 16,
     "lora_alpha": 32,
@@ -112,11 +120,21 @@ class ScriptArguments:
         default=2,
         metadata={"help": "Number of agents. The length-ratio reward compares two answers, so it must be 2."},
     )
+    prompt_format: str = field(
+        default="plain",
+        metadata={
+            "help": "'plain': the seed's text prompts; 'chat': a conversational dataset (one user message per "
+            "prompt, the feedback as the next prompt's user message), formatted with the model's chat template. The "
+            "main job on the default model uses 'chat'.",
+            "choices": ["plain", "chat"],
+        },
+    )
 
 
-def build_dataset() -> Dataset:
-    """The four creative prompts of the example."""
-    return Dataset.from_dict({"prompt": list(PROMPTS)})
+def build_dataset(prompt_format: str = "plain") -> Dataset:
+    """The four creative prompts of the example: text, or one user message each for `prompt_format="chat"`."""
+    prompts = [as_user_message(p) for p in PROMPTS] if prompt_format == "chat" else list(PROMPTS)
+    return Dataset.from_dict({"prompt": prompts})
 
 
 class RecipeParser(TrlParser):
@@ -154,8 +172,8 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     trainer = MAGRPOTrainer(
         **team_from_model_config(model_args, script_args.num_agents, training_args),
         reward_func=length_ratio_reward,
-        external_transition=length_feedback,
-        train_dataset=build_dataset(),
+        external_transition=chat_length_feedback if script_args.prompt_format == "chat" else length_feedback,
+        train_dataset=build_dataset(script_args.prompt_format),
         args=training_args,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

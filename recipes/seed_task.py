@@ -31,3 +31,15 @@ def length_feedback(prompt, agent_completions, num_agents, **history):
         "the goal is 2 to 3 times. Please write an improved answer."
         for i in range(num_agents)
     ]
+
+
+def as_user_message(text):
+    """A chat prompt of one user message: the seed's prompts for a conversational dataset."""
+    return [{"role": "user", "content": text}]
+
+
+def chat_length_feedback(prompt, agent_completions, num_agents, **history):
+    """`length_feedback` for a conversational dataset: `prompt` is the row's messages, and each agent's next prompt is
+    the same feedback text as one user message."""
+    texts = length_feedback(prompt[-1]["content"], agent_completions, num_agents, **history)
+    return [as_user_message(text) for text in texts]

@@ -16,7 +16,7 @@ import learning_curve as lc  # noqa: E402
 
 def test_recorder_times_turns_and_parents(tmp_path):
     recorder = lc.RewardRecorder(str(tmp_path / "r.jsonl"), budget_s=60)
-    reward, transition = recorder.reward(False), recorder.transition(False)
+    reward, transition = recorder.reward(), recorder.transition(lc.length_feedback)
     assert reward(["a"], ["bb"], prompts=[["p"], ["p"]]) == [pytest.approx(1.0)]  # before start(): not recorded
     recorder.start()
     first = ["x" * 10, "x" * 10]  # agent 2 / agent 1 = 1.0 for both joint answers -> exp(-1)
@@ -39,7 +39,7 @@ def test_recorder_times_turns_and_parents(tmp_path):
 
 def test_recorder_stops_the_run_past_the_budget(tmp_path):
     recorder = lc.RewardRecorder(str(tmp_path / "r.jsonl"), budget_s=0.0)
-    reward = recorder.reward(False)
+    reward = recorder.reward()
     recorder.start()
     with pytest.raises(lc.BudgetReached):
         reward(["a"], ["bb"], prompts=[["p"], ["p"]])

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import shutil
 import sys
 
 import pytest
@@ -42,7 +43,8 @@ def test_defaults_keep_the_example_semantics(recipe, tmp_path):
     assert (args.num_turns, args.num_generations, args.early_termination_threshold) == (2, 4, 0.9)
     assert (args.max_steps, args.per_device_train_batch_size, args.max_new_tokens) == (16, 4, 24)
     assert args.save_strategy == "no" and args.gradient_checkpointing is False and args.logging_steps == 1
-    assert args.learning_rate == 1e-3 and model_args.use_peft  # the main job's setting: shared-base LoRA
+    assert args.learning_rate == 1e-3 and model_args.use_peft  # the main job's setting: shared-base LoRA, chat prompts
+    assert script_args.prompt_format == "chat"
     assert (model_args.lora_r, model_args.lora_alpha, model_args.lora_target_modules) == (16, 32, "all-linear")
 
     # Flags win over the demo size; a model named in a --config YAML counts as named.
@@ -86,19 +88,48 @@ def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys)
     assert f"Reward curves: {png}" in printed
 
 
-def test_without_a_model_the_embedded_default_is_prepared(recipe, tiny_model_dir, tmp_path, monkeypatch, capsys):
-    calls = []
+@pytest.fixture
+def chat_model_dir(tiny_model_dir, tmp_path):
+    """The tiny model with a chat template, as the embedded default model has one."""
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "tiny-chat"
+    shutil.copytree(tiny_model_dir, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_without_a_model_the_embedded_default_is_prepared(recipe, chat_model_dir, tmp_path, monkeypatch, capsys):
+    calls, seen, seed_reward = [], [], recipe.length_ratio_reward
 
     def fake_prepare(cache_dir=None):
         calls.append(cache_dir)
-        return tiny_model_dir
+        return chat_model_dir
+
+    def length_ratio_reward(completions1, completions2, *, prompts, turn):
+        seen.append((turn, prompts))
+        return seed_reward(completions1, completions2)
 
     monkeypatch.setattr(recipe, "prepare_default_model", fake_prepare)
+    monkeypatch.setattr(recipe, "length_ratio_reward", length_ratio_reward)
     flags = ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--max_new_tokens", "4", "--report_to", "none"]
     recipe.main(*parse(recipe, *flags))
     assert calls == [None]
-    assert f"Default model: {tiny_model_dir}" in capsys.readouterr().out
+    assert f"Default model: {chat_model_dir}" in capsys.readouterr().out
     assert (tmp_path / "run" / "agent_1" / "adapter_model.safetensors").is_file()  # the main job trains LoRA adapters
+    # the main job's chat format: turn 1 is the seed's prompt as a user message, turn 2 the feedback as the next one
+    (turn1, prompts1), (turn2, prompts2) = seen[-2:]
+    assert (turn1, turn2) == (1, 2)
+    for agent in range(2):
+        assert all(p == [{"role": "user", "content": p[0]["content"]}] for p in prompts1[agent])
+        assert {p[0]["content"] for p in prompts1[agent]} <= set(recipe.PROMPTS)
+        assert all(len(p) == 1 and p[0]["role"] == "user" and "Your last answer had" in p[0]["content"]
+                   for p in prompts2[agent])  # fmt: skip
 
 
 def test_num_agents_other_than_two_is_refused(recipe, tmp_path):
