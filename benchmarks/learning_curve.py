@@ -139,6 +139,20 @@ def _first_agent_prompts(prompts, n: int):
 # ---------------------------------------------------------------------- worker side (one trainer, one seed)
 
 
+def pad_outside_chat_template(tokenizer) -> None:
+    """Pad with a special token that the chat template does not write. CoMLRL 1.4.3 takes a prompt's first pad token
+    as the prompt's end: with the template's end-of-turn token as pad (SmolLM2 pads with <|im_end|>), it reads every
+    completion as empty. Both trainers get the same tokenizer."""
+    sample = tokenizer.apply_chat_template(as_user_message("x"), tokenize=False, add_generation_prompt=True)
+    unused = [token for token in tokenizer.all_special_tokens if token not in sample]
+    if tokenizer.pad_token in sample:
+        if not unused:
+            raise SystemExit(
+                f"learning_curve: every special token of the tokenizer is in its chat template {sample!r}."
+            )
+        tokenizer.pad_token = unused[0]
+
+
 def templated_task(tokenizer):
     """The seed's prompts and feedback as text with the chat template applied, for a trainer that takes text: the
     same tokens as ours on the conversational dataset."""
@@ -174,6 +188,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if chat:
+        pad_outside_chat_template(tokenizer)
     if not chat:
         prompts, feedback = list(PROMPTS), length_feedback
     elif trainer_name == "ours":  # a conversational dataset: ours applies the chat template

@@ -85,3 +85,18 @@ def _unfinished(records):
     if any(r["turn"] == 2 and r["t"] > last_turn1_time for r in records):
         return 0
     return sum(r["reward"] < 0.9 for r in records if r["turn"] == 1 and r["t"] == last_turn1_time)
+
+
+def test_pad_token_is_moved_out_of_the_chat_template():
+    from tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    # a template that writes the pad token as its end of turn, as SmolLM2's does with <|im_end|>
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}<pad>{% endfor %}"
+    lc.pad_outside_chat_template(tokenizer)
+    sample = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+    assert tokenizer.pad_token in ("<s>", "</s>") and tokenizer.pad_token not in sample
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tokenizer.pad_token = "<pad>"
+    lc.pad_outside_chat_template(tokenizer)  # not in the template: left alone
+    assert tokenizer.pad_token == "<pad>"
