@@ -33,7 +33,7 @@ The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_g
 logging_steps=1, early_termination_threshold=0.9 (RECIPE_DEFAULTS). On the embedded default model (no
 `--model_name_or_path`), the run is demo-sized so that it finishes in minutes on a CPU, with the same semantics:
 DEMO_SIZE below: the setting that learns fastest on a 2-core CPU (benchmarks/learning.md), 16 steps of 1 prompt each,
-24 new tokens, the model's chat template, shared-base LoRA (r=16, all linear layers) at learning rate 1e-3, about
+24 new tokens, the model's chat template, shared-base LoRA (r=16, all linear layers) at learning rate 3e-3, about
 10 minutes. The example's own
 size on the default model (full fine-tuning at TRL's default learning rate):
 
@@ -96,7 +96,7 @@ DEMO_SIZE = {
     "max_steps": 16,  # 4 epochs of the 4 prompts; `--max_steps -1` trains `num_train_epochs` epochs instead
     "num_train_epochs": 1,
     "max_completion_length": 24,
-    "learning_rate": 1e-3,  # for the LoRA adapters; TRL's default (1e-6) moves nothing in 16 steps
+    "learning_rate": 3e-3,  # for the LoRA adapters; TRL's default (1e-6) moves nothing in 16 steps
     "prompt_format": "chat",  # the instruct model's own format; it learned faster than plain text
     "use_peft": True,  # TRL's ModelConfig: one base, one adapter per agent (the shared-base team)
     "lora_r": 16,

@@ -43,7 +43,7 @@ def test_defaults_keep_the_example_semantics(recipe, tmp_path):
     assert (args.num_turns, args.num_generations, args.early_termination_threshold) == (2, 4, 0.9)
     assert (args.max_steps, args.per_device_train_batch_size, args.max_new_tokens) == (16, 4, 24)
     assert args.save_strategy == "no" and args.gradient_checkpointing is False and args.logging_steps == 1
-    assert args.learning_rate == 1e-3 and model_args.use_peft  # the main job's setting: shared-base LoRA, chat prompts
+    assert args.learning_rate == 3e-3 and model_args.use_peft  # the main job's setting: shared-base LoRA, chat prompts
     assert script_args.prompt_format == "chat"
     assert (model_args.lora_r, model_args.lora_alpha, model_args.lora_target_modules) == (16, 32, "all-linear")
 
