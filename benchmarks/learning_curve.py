@@ -4,8 +4,8 @@ Both trainers train the two agents of the seed example (`recipes/seed_task.py`: 
 transition, its four prompts) on the same model folder, each in its own fresh subprocess, one run after the other (so
 that they never share the CPU), for `--budget_s` seconds of `trainer.train()` each, over `--seeds`.
 
-The task is the same on both sides: 2 agents, 2 turns, K=4 generations, early termination at 0.9 (only the turn-1
-joint answers below it grow a second turn), `--max_new_tokens`, temperature `--temperature`, top_p 1.0, no top-k, one
+The task is the same on both sides: 2 agents, 2 turns, K=4 generations, early termination at 0.9 (a prompt's
+turn-1 node, its K joint answers, grows a second turn only when their mean reward is at most 0.9), `--max_new_tokens`, temperature `--temperature`, top_p 1.0, no top-k, one
 prompt per step, joint answers aligned. Only the learning side differs: each trainer's learning rate
 (`--ours_lr`, `--comlrl_lr`), optimizer and update rule (ours: TRL's loss, `--ours_loss_type`, optionally shared-base
 LoRA with `--ours_lora_r`; CoMLRL: its own REINFORCE-style update, its defaults otherwise).

@@ -1,7 +1,6 @@
 """benchmarks/learning_curve.py: the recorder both trainers are measured with, the statistics, and the smoke run."""
 
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -72,19 +71,23 @@ def test_smoke_run_writes_records_table_and_plot(tmp_path):
     for seed in (0, 1):
         records = lc.read_records(str(tmp_path / "records" / f"ours_seed{seed}.jsonl"))
         assert records == sorted(records, key=lambda r: r["t"])
-        turn1 = [r["reward"] for r in records if r["turn"] == 1]
+        # one prompt per step: each turn-1 reward call scores one node's K=4 joint answers
+        nodes = collections.defaultdict(list)
+        for r in records:
+            if r["turn"] == 1:
+                nodes[r["t"]].append(r["reward"])
+        turn2_times = [r["t"] for r in records if r["turn"] == 2]
+        cut = max(nodes)  # the run stopped at this call if no turn-2 answer came after it
+        expected = sum(
+            4 * len(rewards)
+            for t, rewards in nodes.items()
+            if sum(rewards) / len(rewards) <= 0.9 and (t != cut or any(t2 > cut for t2 in turn2_times))
+        )
+        # early termination at 0.9 on the node's mean reward: a node at or below it grows K children per joint answer
+        assert len(turn2_times) == expected
         children = collections.Counter(r["parent"] for r in records if r["turn"] == 2)
-        # early termination at 0.9: every turn-1 joint answer below it grows K=4 children, and only those
-        assert sum(children.values()) == 4 * sum(r < 0.9 for r in turn1[: len(turn1)]) - 4 * _unfinished(records)
-        assert set(children) <= set(turn1)
-
-
-def _unfinished(records):
-    """Turn-1 answers of the last step, whose children the budget cut off (the run stops at a reward call)."""
-    last_turn1_time = max(r["t"] for r in records if r["turn"] == 1)
-    if any(r["turn"] == 2 and r["t"] > last_turn1_time for r in records):
-        return 0
-    return sum(r["reward"] < 0.9 for r in records if r["turn"] == 1 and r["t"] == last_turn1_time)
+        turn1 = {reward for rewards in nodes.values() for reward in rewards}
+        assert set(children) <= turn1 and all(count % 4 == 0 for count in children.values())
 
 
 def test_pad_token_is_moved_out_of_the_chat_template():

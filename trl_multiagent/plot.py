@@ -8,8 +8,8 @@ or, in Python, `plot_run(trainer.state.log_history, "curves.png")`.
 The figure has two panels: `turn_{t}/reward_mean` for every turn t (shaded by `turn_{t}/reward_std` when logged), and
 `agent_{i}/completions/mean_length` for every agent i, both over training steps. Per-step values are drawn as points;
 from `SMOOTH_FROM` steps on, a centred moving average over about an eighth of the run is drawn through them, so the
-trend shows through the step-to-step noise. Needs matplotlib (the `demo` or `plot`
-extra); it draws with the Agg backend and leaves pyplot's global backend alone.
+trend shows through the step-to-step noise. Needs matplotlib (the `demo` or `plot` extra); it draws with the Agg
+backend and leaves pyplot's global backend alone.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
-from .summary import AGENT_LENGTH, TURN_REWARD, smooth
+from .summary import AGENT_LENGTH, TURN_REWARD, series, smooth
 
 
 TRAINER_STATE = "trainer_state.json"
@@ -74,20 +73,6 @@ def last_logged(log_history: list[dict], key: str) -> float | None:
         if key in entry:
             return entry[key]
     return None
-
-
-def series(log_history: list[dict], pattern: re.Pattern) -> dict[int, tuple[list[float], list[float]]]:
-    """For each index matched by `pattern` (turn or agent), the (steps, values) of the entries that log it."""
-    found: dict[int, tuple[list[float], list[float]]] = {}
-    for position, entry in enumerate(log_history):
-        for key, value in entry.items():
-            match = pattern.match(key)
-            if match is None or not isinstance(value, (int, float)):
-                continue
-            steps, values = found.setdefault(int(match.group(1)), ([], []))
-            steps.append(entry.get("step", position))
-            values.append(float(value))
-    return dict(sorted(found.items()))
 
 
 def _std(log_history: list[dict], turn: int, steps: list) -> list[float] | None:

@@ -96,21 +96,24 @@ TURN_REWARD = re.compile(r"^turn_(\d+)/reward_mean$")
 AGENT_LENGTH = re.compile(r"^agent_(\d+)/completions/mean_length$")
 
 
-def logged_series(log_history: list[dict], pattern: re.Pattern) -> dict[int, list[float]]:
-    """Per index matched by `pattern` (a turn or an agent), the values logged for it, in step order."""
-    found: dict[int, list[float]] = {}
-    for entry in log_history:
+def series(log_history: list[dict], pattern: re.Pattern) -> dict[int, tuple[list[float], list[float]]]:
+    """For each index matched by `pattern` (turn or agent), the (steps, values) of the entries that log it."""
+    found: dict[int, tuple[list[float], list[float]]] = {}
+    for position, entry in enumerate(log_history):
         for key, value in entry.items():
             match = pattern.match(key)
-            if match is not None and isinstance(value, (int, float)):
-                found.setdefault(int(match.group(1)), []).append(float(value))
+            if match is None or not isinstance(value, (int, float)):
+                continue
+            steps, values = found.setdefault(int(match.group(1)), ([], []))
+            steps.append(entry.get("step", position))
+            values.append(float(value))
     return dict(sorted(found.items()))
 
 
 def summary_lines(log_history: list[dict]) -> list[str]:
     """The end-of-run summary: per turn, the first-quarter and last-quarter mean reward with standard errors and
     whether it improved; per agent, the mean completion length in the same quarters."""
-    turns = logged_series(log_history, TURN_REWARD)
+    turns = {turn: values for turn, (_, values) in series(log_history, TURN_REWARD).items()}
     if not turns:
         return ["Summary: no turn_{t}/reward_mean was logged (set logging_steps)."]
     steps = len(next(iter(turns.values())))
@@ -127,7 +130,7 @@ def summary_lines(log_history: list[dict]) -> list[str]:
         else:
             lines.append(f"  turn {turn} reward  {c.first:.3f} ± {c.first_se:.3f} -> {c.last:.3f} ± {c.last_se:.3f}"
                          f", change {c.change:+.3f} ± {c.se:.3f}: {c.verdict}")  # fmt: skip
-    for agent, values in logged_series(log_history, AGENT_LENGTH).items():
+    for agent, (_, values) in series(log_history, AGENT_LENGTH).items():
         c = quarter_change(values)
         lines.append(f"  agent {agent} mean completion length  {c.first:.1f} -> {c.last:.1f} tokens")
     return lines
