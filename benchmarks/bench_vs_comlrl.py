@@ -557,17 +557,18 @@ def comlrl_available(python: str) -> tuple[bool, str]:
     return True, out.stdout.strip()
 
 
-def run_in_subprocess(trainer: str, spec: dict, python: str) -> dict:
+def run_in_subprocess(trainer: str, spec: dict, python: str, script: str = __file__) -> dict:
+    """Run `script --worker trainer --spec ...` with `python` and return the dict its last `RESULT ` line holds."""
     env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "TOKENIZERS_PARALLELISM": "false"}
     env["WANDB_MODE"] = "disabled"
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    command = [python, os.path.abspath(__file__), "--worker", trainer, "--spec", json.dumps(spec)]
+    command = [python, os.path.abspath(script), "--worker", trainer, "--spec", json.dumps(spec)]
     out = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
     results = [line[len("RESULT ") :] for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or not results:
         raise SystemExit(
-            f"bench_vs_comlrl: the {trainer} run failed (exit status {out.returncode}):\n"
-            f"{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
+            f"{os.path.basename(script)}: the {trainer} run (seed {spec.get('seed')}) failed (exit status "
+            f"{out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
         )
     return json.loads(results[-1])
 

@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +55,7 @@ from bench_vs_comlrl import (  # noqa: E402  (the same model presets, versions, 
     length_ratio_reward,
     library_versions,
     load_average,
+    run_in_subprocess,
     source_revision,
 )
 from seed_task import as_user_message, chat_length_feedback  # noqa: E402
@@ -369,19 +369,6 @@ def report(spec: dict, summaries: dict, trainers_lr: dict, walls: dict, skipped:
     return "\n".join(lines) + "\n"
 
 
-def run_in_subprocess(trainer: str, spec: dict, python: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "TOKENIZERS_PARALLELISM": "false",
-           "WANDB_MODE": "disabled"}  # fmt: skip
-    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    command = [python, os.path.abspath(__file__), "--worker", trainer, "--spec", json.dumps(spec)]
-    out = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
-    results = [line[len("RESULT ") :] for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode != 0 or not results:
-        raise SystemExit(f"learning_curve: the {trainer} run (seed {spec['seed']}) failed (exit status "
-                         f"{out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")  # fmt: skip
-    return json.loads(results[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="smollm2 (the embedded default model) or a local folder")
@@ -450,7 +437,7 @@ def main() -> None:
             python = cli.comlrl_python if trainer == "comlrl" else sys.executable
             print(f"running {trainer}, seed {seed}, {cli.budget_s:.0f} s ...", flush=True)
             result = run_in_subprocess(
-                trainer, {**spec, **learning[trainer], "seed": seed, "records": records}, python
+                trainer, {**spec, **learning[trainer], "seed": seed, "records": records}, python, script=__file__
             )
             walls[trainer].append(result["wall_s"])
             runs[trainer].append(read_records(records))
