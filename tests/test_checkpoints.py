@@ -52,6 +52,22 @@ def test_an_incomplete_checkpoint_named_explicitly_is_refused(tmp_path):
     assert checkpoint.resolve_resume(str(tmp_path), True) == str(folder)
 
 
+def test_resume_from_the_command_line_strings_and_a_missing_folder(tmp_path, monkeypatch):
+    """`--resume_from_checkpoint true` arrives as a str; a folder that does not exist is named as such."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    checkpoint.mark_complete(str(run / "checkpoint-2"))
+    assert checkpoint.resolve_resume(str(run), "true") == str(run / "checkpoint-2")
+    assert checkpoint.resolve_resume(str(run), "True") == str(run / "checkpoint-2")
+    assert checkpoint.resolve_resume(str(run), "false") is None
+    with pytest.raises(FileNotFoundError, match=r"resume_from_checkpoint='run/checkpoint-3': no such folder"):
+        checkpoint.resolve_resume(str(run), "run/checkpoint-3")
+    (tmp_path / "true").mkdir()  # a folder of that name is a folder
+    checkpoint.mark_complete(str(tmp_path / "true"))
+    assert checkpoint.resolve_resume(str(run), "true") == "true"
+
+
 @pytest.mark.parametrize("checkpoint_step", [4, 5], ids=["epoch-boundary", "mid-epoch-2"])
 def test_resume_with_shuffling_in_the_second_epoch_equals_an_uninterrupted_run(tmp_path, checkpoint_step):
     # 8 prompts, 2 per step: 4 steps per epoch; 6 steps end in the middle of epoch 2.

@@ -114,6 +114,11 @@ def test_trainer_arguments_without_equivalent_are_refused_before_loading(tmp_pat
         MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), rolout_buffer=2)
     with pytest.raises(ValueError, match=r"num_agents=3, but MAGRPOConfig\(num_agents=2\)"):
         MAGRPOTrainer(**common, num_agents=3, reward_func=lambda a, b: [0.0] * len(a))
+    with pytest.raises(ValueError, match=r"got 3 agents, but MAGRPOConfig\(num_agents=2\)"):
+        MAGRPOTrainer(
+            agents=["/no/such/a", "/no/such/b", "/no/such/c"], tokenizer=tokenizer, train_dataset=data, args=args,
+            reward_func=lambda a, b, c: [0.0] * len(a),
+        )  # fmt: skip
 
 
 def test_wandb_config_reaches_a_real_wandb_run(tmp_path, tokenizer, tiny_model_dir, monkeypatch):
@@ -128,6 +133,7 @@ def test_wandb_config_reaches_a_real_wandb_run(tmp_path, tokenizer, tiny_model_d
         wandb_config={"project": "comlrl-dropin", "name": "run-a", "mode": "offline", "dir": str(tmp_path), "tags": ["t"]},
     )  # fmt: skip
     assert "wandb" in trainer.args.report_to and trainer.args.run_name == "run-a"
+    assert "wandb" not in args.report_to and args.run_name != "run-a"  # the caller's config is left as it was
     assert os.environ["WANDB_PROJECT"] == "comlrl-dropin" and os.environ["WANDB_TAGS"] == "t"
     trainer.train()
     import wandb

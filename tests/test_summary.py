@@ -52,4 +52,7 @@ def test_summary_lines_name_each_turn_and_agent():
     assert lines[1] == "  turn 1 reward  0.050 ± 0.050 -> 0.650 ± 0.050, change +0.600 ± 0.071: improved"
     assert lines[2] == "  turn 2 reward  0.500 ± 0.000 -> 0.500 ± 0.000, change +0.000 ± 0.000: no clear change"
     assert lines[3] == "  agent 0 mean completion length  19.5 -> 13.5 tokens"
+    one = summary_lines([{"step": 1, "turn_1/reward_mean": 0.5}])
+    assert one[0].startswith("Summary over 1 logged step: ")
+    assert one[1] == f"  turn 1 reward  0.500 -> 0.500: too few steps to tell (1 step; needs {MIN_STEPS})"
     assert summary_lines([{"loss": 1.0}])[0].startswith("Summary: no turn_{t}/reward_mean was logged")

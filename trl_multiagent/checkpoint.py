@@ -96,11 +96,24 @@ def checkpoints_by_step(output_dir: str) -> list[str]:
             if os.path.isdir(os.path.join(output_dir, name))]  # fmt: skip
 
 
-def resolve_resume(output_dir: str, resume_from_checkpoint: bool | str) -> str:
+def resolve_resume(output_dir: str, resume_from_checkpoint: bool | str) -> str | None:
     """The folder to resume from: the newest complete checkpoint for `True`, or the given one if it is complete.
 
-    Incomplete checkpoints (a run killed while writing them) are skipped and reported with their paths.
+    Incomplete checkpoints (a run killed while writing them) are skipped and reported with their paths. On the command
+    line `--resume_from_checkpoint true` arrives as the string "true" (the field is a str in TrainingArguments): unless
+    a folder has that name, "true" means `True` and "false" means no resume.
     """
+    if isinstance(resume_from_checkpoint, str) and not os.path.exists(resume_from_checkpoint):
+        if resume_from_checkpoint.lower() == "false":
+            return None
+        if resume_from_checkpoint.lower() == "true":
+            resume_from_checkpoint = True
+        else:
+            raise FileNotFoundError(
+                f"MAGRPOTrainer: resume_from_checkpoint={resume_from_checkpoint!r}: no such folder. Pass a checkpoint "
+                f"folder ({os.path.join(output_dir, PREFIX_CHECKPOINT_DIR)}-N), or True for the newest complete "
+                f"checkpoint in output_dir ({output_dir!r})."
+            )
     if resume_from_checkpoint is not True:
         if not is_complete(resume_from_checkpoint):
             raise ValueError(

@@ -14,6 +14,7 @@ Fields with the same name and meaning in both (`num_train_epochs`, `logging_step
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from typing import Any
@@ -180,7 +181,8 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
     an `eval_dataset` (as in CoMLRL).
 
     Returns:
-        The trainer's ``model``, ``num_agents``, ``formatters``, ``reward_processor`` and ``eval_dataset``.
+        The trainer's ``args`` (a copy of the given config when these keywords change it), ``model``,
+        ``num_agents``, ``formatters``, ``reward_processor`` and ``eval_dataset``.
     """
     kwargs = dict(kwargs)
     for name, instead in REFUSED_TRAINER_ARGUMENTS.items():
@@ -194,6 +196,11 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
     configured = args.comlrl_settings.get("num_agents")
     if num_agents is not None and configured is not None and num_agents != configured:
         raise ValueError(f"MAGRPOTrainer: num_agents={num_agents}, but MAGRPOConfig(num_agents={configured}).")
+    if agents is not None and configured is not None and len(agents) != configured:
+        raise ValueError(
+            f"MAGRPOTrainer got {len(agents)} agents, but MAGRPOConfig(num_agents={configured}); pass {configured} "
+            "agents, or leave num_agents out (the team's size is the number of agents given)."
+        )
     if num_agents is None and agents is None and model is not None:
         num_agents = configured if configured is not None else 2 if agent_model is not None else None
     if callable(formatters):
@@ -204,20 +211,23 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
             f"MAGRPOTrainer: reward_processor must be a callable float -> float, got {reward_processor!r}."
         )
     model_config = kwargs.pop("model_config", None)
-    if model_config:
-        _model_config(model_config, args)
     wandb_config = kwargs.pop("wandb_config", None)
-    if wandb_config:
-        _wandb_config(wandb_config, args)
     if kwargs:
         raise TypeError(f"MAGRPOTrainer got unexpected keyword arguments {sorted(kwargs)}.")
+    no_evaluation = "eval_interval" in args.comlrl_settings and eval_dataset is None
+    if model_config or wandb_config or no_evaluation:
+        args = copy.copy(args)  # the caller's config stays as it was: it may build another trainer
+    if model_config:
+        _model_config(model_config, args)
+    if wandb_config:
+        _wandb_config(wandb_config, args)
     samples = args.comlrl_settings.get("eval_num_samples")
     if samples is not None and eval_dataset is not None and samples < len(eval_dataset):
         eval_dataset = eval_dataset.select(range(samples))
-    if "eval_interval" in args.comlrl_settings and eval_dataset is None:
+    if no_evaluation:
         args.eval_strategy, args.eval_on_start = "no", False
-    return {"model": model, "num_agents": num_agents, "formatters": formatters, "reward_processor": reward_processor,
-            "eval_dataset": eval_dataset}  # fmt: skip
+    return {"args": args, "model": model, "num_agents": num_agents, "formatters": formatters,
+            "reward_processor": reward_processor, "eval_dataset": eval_dataset}  # fmt: skip
 
 
 def _model_config(model_config: dict, args) -> None:

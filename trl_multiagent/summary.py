@@ -119,14 +119,14 @@ def summary_lines(log_history: list[dict]) -> list[str]:
     steps = len(next(iter(turns.values())))
     quarter = max(1, steps // 4)
     lines = [
-        f"Summary over {steps} logged steps: mean of the first {quarter} -> the last {quarter} "
+        f"Summary over {_count(steps, 'logged step')}: mean of the first {quarter} -> the last {quarter} "
         "(± standard error over steps); 'improved' = the change is more than twice its standard error."
     ]
     for turn, values in turns.items():
         c = quarter_change(values)
         if math.isnan(c.se):
             lines.append(f"  turn {turn} reward  {c.first:.3f} -> {c.last:.3f}: {c.verdict} "
-                         f"({c.steps} steps; needs {MIN_STEPS})")  # fmt: skip
+                         f"({_count(c.steps, 'step')}; needs {MIN_STEPS})")  # fmt: skip
         else:
             lines.append(f"  turn {turn} reward  {c.first:.3f} ± {c.first_se:.3f} -> {c.last:.3f} ± {c.last_se:.3f}"
                          f", change {c.change:+.3f} ± {c.se:.3f}: {c.verdict}")  # fmt: skip
@@ -134,3 +134,8 @@ def summary_lines(log_history: list[dict]) -> list[str]:
         c = quarter_change(values)
         lines.append(f"  agent {agent} mean completion length  {c.first:.1f} -> {c.last:.1f} tokens")
     return lines
+
+
+def _count(number: int, noun: str) -> str:
+    """'1 step', '8 steps'."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -126,8 +126,8 @@ class MAGRPOTrainer(GRPOTrainer):
             comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
             eval_dataset=eval_dataset,
         )  # fmt: skip
-        model, num_agents, formatters, eval_dataset = (
-            resolved[k] for k in ("model", "num_agents", "formatters", "eval_dataset")
+        args, model, num_agents, formatters, eval_dataset = (
+            resolved[k] for k in ("args", "model", "num_agents", "formatters", "eval_dataset")
         )
         if args.cast_lm_head_to_fp32 or args.sync_ref_model:
             raise NotImplementedError("MAGRPOTrainer does not support `cast_lm_head_to_fp32` or `sync_ref_model` yet.")
