@@ -1,7 +1,10 @@
-"""Async user functions run on one long-lived loop, also when the caller already runs an event loop (Jupyter)."""
+"""Async user functions run on one long-lived loop, also when the caller already runs an event loop (Jupyter); a
+parameter the trainer cannot fill is named with what it could fill it from."""
 
 import asyncio
 import time
+
+import pytest
 
 from trl_multiagent.callables import JointReward, Transition
 
@@ -61,3 +64,26 @@ def test_async_transitions_of_one_turn_run_concurrently():
     prompts = transition.many([(f"p{i}", ["a", "b"], {}) for i in range(branches)], turn=1)
     assert prompts == [[f"p{i}", f"p{i}"] for i in range(branches)]
     assert sorted(entered) == [f"p{i}" for i in range(branches)]
+
+
+def test_a_reward_keyword_that_is_no_dataset_column_is_named_with_the_columns_and_keywords():
+    def graded(completions1, completions2, *, answer):
+        return [0.0] * len(completions1)
+
+    message = (
+        r"'graded' cannot be called .*missing a required argument: 'answer'\. 'answer' is neither a column of the "
+        r"dataset \(columns other than 'prompt': \['question'\]\) nor a keyword the trainer passes "
+        r"\(\['prompts', 'turn', 'trainer_state'\]\): add the column"
+    )
+    with pytest.raises(TypeError, match=message):
+        JointReward([graded], None, num_agents=2, columns=["question"])
+    JointReward([graded], None, num_agents=2, columns=["answer"])  # the column is there: fine
+
+
+def test_a_transition_parameter_that_is_no_dataset_column_is_named():
+    def feedback(prompt, agent_completions, num_agents, *, rubric):
+        return [prompt] * num_agents
+
+    with pytest.raises(TypeError, match=r"'rubric' is neither a column of the dataset \(columns other than 'prompt': "
+                                        r"none\) nor a keyword the trainer passes \(\['prompt', "):  # fmt: skip
+        Transition(feedback, num_agents=2, conversational=False)

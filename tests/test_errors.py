@@ -1,6 +1,7 @@
 """Bad input fails early with a message that names the function, the turn and what it got."""
 
 import math
+import warnings
 
 import pytest
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
@@ -60,10 +61,41 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(num_generations=1, per_device_train_batch_size=2), "at least 2 generations"),
+        (dict(num_generations=1, per_device_train_batch_size=2), "MAGRPOConfig: num_generations must be >= 2, got 1"),
+        (dict(num_generations=0), "MAGRPOConfig: num_generations must be >= 2, got 0"),  # not GRPOConfig's modulo
         (dict(joint_mode="diagonal"), "joint_mode must be one of"),
         (dict(num_turns=0), "num_turns must be >= 1"),
-        (dict(num_generations=3, per_device_train_batch_size=4), r"num_generations \(3\)"),
+        # ours, before GRPOConfig's `generation_batch_size (4) must be divisible by num_generations (3)`
+        (
+            dict(num_generations=3, per_device_train_batch_size=4),
+            r"MAGRPOConfig: per_device_train_batch_size \* gradient_accumulation_steps \(4 \* 1 = 4\) must be a "
+            r"multiple of num_generations \(3\).*set per_device_train_batch_size=3\.",
+        ),
+        (
+            dict(num_generations=4, per_device_train_batch_size=2, steps_per_generation=3),
+            r"MAGRPOConfig: per_device_train_batch_size \* steps_per_generation \(2 \* 3 = 6\) must be a multiple",
+        ),
+        (
+            dict(num_generations=4, per_device_train_batch_size=2, generation_batch_size=6),
+            r"MAGRPOConfig: generation_batch_size \(6\) must be a multiple of num_generations \(4\) times the number "
+            r"of processes, .* set generation_batch_size=8\.",
+        ),
+        (
+            dict(scale_rewards="yes"),
+            r"MAGRPOConfig: scale_rewards must be one of \('group', 'batch', 'none'\).*got 'yes'",
+        ),
+        (dict(temperature=0.0), r"MAGRPOConfig: temperature must be > 0, got 0.0\. .*set eval_do_sample=False"),
+        (dict(temperature=-0.5), "MAGRPOConfig: temperature must be > 0, got -0.5"),
+        (dict(temperature=math.nan), "MAGRPOConfig: temperature must be > 0, got nan"),
+        (dict(discount=math.nan), "MAGRPOConfig: discount must be a finite number >= 0, got nan"),
+        (dict(discount=math.inf), "MAGRPOConfig: discount must be a finite number >= 0, got inf"),
+        (dict(discount=-0.5), "MAGRPOConfig: discount must be a finite number >= 0, got -0.5"),
+        (dict(beta=-1.0), "MAGRPOConfig: beta must be a finite number >= 0, got -1.0"),
+        (dict(beta=math.nan), "MAGRPOConfig: beta must be a finite number >= 0, got nan"),
+        (
+            dict(early_termination_threshold=math.nan),
+            r"MAGRPOConfig: early_termination_threshold must be a number \(inf: never end early\) or None .*got nan",
+        ),
         (dict(log_completions=True), "log_completions=True is not supported by MAGRPOTrainer"),
         (
             dict(multi_objective_aggregation="normalize_then_sum"),
@@ -78,6 +110,52 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
 def test_bad_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MAGRPOConfig(report_to="none", **kwargs)
+
+
+def test_values_trl_accepts_are_kept(tmp_path):
+    def config(**kwargs):
+        return MAGRPOConfig(output_dir=str(tmp_path), report_to="none", **kwargs)
+
+    assert config(scale_rewards=True).scale_rewards == "group" and config(scale_rewards=False).scale_rewards == "none"
+    assert config(scale_rewards="batch").scale_rewards == "batch"
+    for threshold in (math.inf, -math.inf):  # never end early; always end after the first turn
+        assert config(early_termination_threshold=threshold).early_termination_threshold == threshold
+    batch = config(num_generations=4, per_device_train_batch_size=2, generation_batch_size=8)
+    assert batch.steps_per_generation == 4
+
+
+def test_generation_batch_size_must_give_each_process_whole_prompts(tmp_path, monkeypatch):
+    # 12 rows hold whole groups of 4, but split between 2 processes, 6 each do not: only known once set up
+    monkeypatch.setattr(MAGRPOConfig, "world_size", property(lambda self: 2))
+    with pytest.raises(
+        ValueError,
+        match=r"generation_batch_size \(12\) must be a multiple of num_generations \(4\) times the number of processes "
+        r"\(2\), .* set generation_batch_size=16\.",
+    ):
+        MAGRPOConfig(
+            output_dir=str(tmp_path), report_to="none", num_generations=4, per_device_train_batch_size=2,
+            generation_batch_size=12,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["default", "on"])
+def test_no_checkpointing_deprecation_warning_of_our_own(tmp_path, tokenizer, data, checkpointing):
+    """transformers 5.24 warns on the old `gradient_checkpointing` names (5.19 has only those): the package itself
+    must use the new ones where they exist, in the config, the team and the trainer's per-step log-prob passes."""
+    new_name = "activation_checkpointing" in MAGRPOConfig.__dataclass_fields__
+    name = "activation_checkpointing" if new_name else "gradient_checkpointing"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
+        args = MAGRPOConfig(
+            output_dir=str(tmp_path / "run"), num_generations=2, per_device_train_batch_size=2, max_new_tokens=2,
+            max_steps=1, report_to="none", save_strategy="no", **({name: True} if checkpointing else {}),
+        )  # fmt: skip
+        trainer = MAGRPOTrainer(
+            agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
+            reward_func=length_ratio_reward, train_dataset=data, args=args,
+        )  # fmt: skip
+        trainer.train()
+    assert trainer.team.is_activation_checkpointing is checkpointing
 
 
 def test_tokenizer_count_mismatch(tokenizer, args, data):
@@ -216,10 +294,10 @@ def test_transition_contract_errors_before_generation(tokenizer, args, data, ret
 @pytest.mark.parametrize(
     "returned, message",
     [
-        (lambda a, b: [1.0] * (len(a) + 1), r"'bad_reward' \(turn 1\) returned 2 values for 1 joint actions"),
+        (lambda a, b: [1.0] * (len(a) + 1), r"'bad_reward' \(turn 1\) returned 3 values for 2 joint actions"),
         (lambda a, b: [math.nan] * len(a), r"'bad_reward' \(turn 1\) returned nan at index 0"),
         (lambda a, b: ["high"] * len(a), r"'bad_reward' \(turn 1\) returned a non-number at index 0: 'high'"),
-        (lambda a, b: 1.0, r"'bad_reward' \(turn 1\) must return a list of 1 floats.*got 1.0"),
+        (lambda a, b: 1.0, r"'bad_reward' \(turn 1\) must return a list of 2 floats.*got 1.0"),
     ],
 )
 def test_reward_contract_errors_before_generation(tokenizer, args, data, returned, message):
@@ -300,7 +378,12 @@ def test_cpu_overrides_are_said(tmp_path, caplog):
         config = MAGRPOConfig(output_dir=str(tmp_path), use_cpu=False)
     assert config.use_cpu and config.bf16 is False and config.ddp_find_unused_parameters is False
     assert config.gradient_checkpointing is False
-    for said in ("bf16=False", "use_cpu=True", "ddp_find_unused_parameters=False", "gradient_checkpointing=False"):
+    # said by the name that was set, the one transformers does not warn about
+    checkpointing = (
+        "activation_checkpointing" if "activation_checkpointing" in MAGRPOConfig.__dataclass_fields__
+        else "gradient_checkpointing"
+    )  # fmt: skip
+    for said in ("bf16=False", "use_cpu=True", "ddp_find_unused_parameters=False", f"{checkpointing}=False"):
         assert said in caplog.text
     # what the user sets stays, under either name where transformers has both (5.24; 5.19 has only the old one)
     assert MAGRPOConfig(output_dir=str(tmp_path), gradient_checkpointing=True).gradient_checkpointing is True

@@ -1,5 +1,7 @@
 """Teams that fit: per-agent LoRA on one shared base, separate adapters, frozen partners, heterogeneous teams."""
 
+import re
+
 import pytest
 import torch
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
@@ -254,3 +256,60 @@ def test_separate_bases_each_with_an_adapter(tmp_path, tokenizer):
         for name, value in trainer.team.agent(i).get_base_model().state_dict().items():
             if "lora_" not in name and name.replace("base_layer.", "") in base_before:
                 assert torch.equal(value, base_before[name.replace("base_layer.", "")]), name
+
+
+# ---------------------------------------------------------------------- mistakes in the team, said before loading
+
+
+def build_before_loading(tmp_path, **overrides):
+    """A trainer whose agents cannot be loaded (`no/such-model`): a check that passes reaches the hub and fails there."""
+    kwargs = dict(
+        agents=["no/such-model"] * 2, tokenizer=make_tokenizer(), reward_func=length_ratio_reward,
+        external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        args=args_for(tmp_path),
+    )  # fmt: skip
+    kwargs.update(overrides)
+    return MAGRPOTrainer(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "trainable, message",
+    [
+        ([], r"MAGRPOConfig.trainable_agents=\[\] trains no agent; at least one agent must train"),
+        ([1, 1], r"MAGRPOConfig.trainable_agents=\[1, 1\] names agent\(s\) \[1\] more than once"),
+        ([0, 2], r"MAGRPOConfig.trainable_agents=\[0, 2\] names agents outside 0..1"),
+    ],
+)
+def test_trainable_agents_that_train_nobody_or_repeat_an_agent_are_refused_before_loading(
+    tmp_path, trainable, message
+):
+    with pytest.raises(ValueError, match=message):
+        build_before_loading(tmp_path, args=args_for(tmp_path, trainable_agents=trainable))
+
+
+@pytest.mark.parametrize("path", ["/nope/model", "./nope/model", "~/nope-model", "runs/nope/agent_0"])
+def test_a_missing_folder_is_said_before_the_hub_is_asked(tmp_path, path):
+    with pytest.raises(FileNotFoundError, match=rf"agents\[0\] = '{path}' could not be loaded: no such folder"):
+        build_before_loading(tmp_path, agents=[path, "no/such-model"])
+    with pytest.raises(FileNotFoundError, match=rf"model = '{path}' could not be loaded: no such folder"):
+        build_before_loading(tmp_path, agents=None, model=path, num_agents=2)
+
+
+def test_an_agent_that_is_not_a_model_is_named_before_loading(tmp_path):
+    with pytest.raises(TypeError, match=r"agents\[1\] must be a model or a model id, got int: 7"):
+        build_before_loading(tmp_path, agents=["no/such-model", 7])
+
+
+@pytest.mark.parametrize("given_tokenizer", [True, False], ids=["model", "tokenizer"])
+def test_an_agent_that_cannot_be_loaded_is_named_with_the_loader_error_chained(tmp_path, tiny_model_dir,
+                                                                             given_tokenizer):  # fmt: skip
+    empty = tmp_path / "empty"  # a folder, but no model or tokenizer in it
+    empty.mkdir()
+    what = "" if given_tokenizer else "the tokenizer of "
+    message = rf"MAGRPOTrainer: {what}agents\[1\] = '{re.escape(str(empty))}' could not be loaded: "
+    with pytest.raises((OSError, ValueError), match=message) as caught:
+        build_before_loading(
+            tmp_path, agents=[tiny_model_dir, str(empty)], tokenizer=make_tokenizer() if given_tokenizer else None
+        )
+    cause = caught.value.__cause__  # the loader's own error, with its traceback, and of the same kind
+    assert cause is not None and isinstance(caught.value, OSError) == isinstance(cause, OSError)

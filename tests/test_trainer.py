@@ -2,6 +2,8 @@
 
 import glob
 import os
+import sys
+import textwrap
 from collections import defaultdict
 
 import pytest
@@ -226,3 +228,104 @@ def test_advantage_baseline_reaches_the_update(tmp_path, tokenizer, baseline, sc
         torch.testing.assert_close(steps[baseline], scale * steps["mean"], rtol=1e-3, atol=1e-6)
     else:
         assert (steps[baseline] - steps["mean"]).abs().max() > 1e-4
+
+
+# ---------------------------------------------------------------------- checks when the trainer is built
+
+
+UNLOADABLE = ["no/such-model"] * 2  # agents for a check that fails before any model is loaded (or asks the hub)
+
+
+def build(tmp_path, tokenizer, **overrides):
+    kwargs = dict(
+        agents=UNLOADABLE, tokenizer=tokenizer, reward_func=length_ratio_reward,
+        external_transition=length_feedback, train_dataset=dataset(), args=config(tmp_path, num_turns=2),
+    )  # fmt: skip
+    kwargs.update(overrides)
+    return MAGRPOTrainer(**kwargs)
+
+
+def test_a_reward_of_fixed_length_fails_when_built(tmp_path, tokenizer):
+    """The placeholder call scores more than one joint action: a reward returning `[0.0]` cannot pass it."""
+    with pytest.raises(ValueError, match=r"'<lambda>' \(turn 1\) returned 1 values for 2 joint actions"):
+        build(tmp_path, tokenizer, reward_func=lambda a, b: [0.0])
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+ (3.10 logs the note)")
+@pytest.mark.parametrize("failing", ["reward", "transition"])
+def test_an_error_of_the_placeholder_call_keeps_its_type_and_says_where_it_came_from(tmp_path, tokenizer, failing):
+    def broken_reward(completions1, completions2):
+        return [1 / 0]
+
+    def broken_transition(prompt, agent_completions, num_agents):
+        return {}["feedback"]
+
+    functions = {"reward_func": broken_reward} if failing == "reward" else {"external_transition": broken_transition}
+    with pytest.raises(ZeroDivisionError if failing == "reward" else KeyError) as caught:
+        build(tmp_path, tokenizer, **functions)
+    notes = "\n".join(caught.value.__notes__)
+    named = "the joint reward ['broken_reward']" if failing == "reward" else "external_transition 'broken_transition'"
+    assert f"this came from the check that calls {named}" in notes
+    assert "with the placeholder answer 'placeholder answer'" in notes
+    assert "MAGRPOConfig(check_functions_before_training=False)" in notes
+
+
+def chat(text):
+    return [{"role": "user", "content": text}]
+
+
+def test_chat_prompts_for_an_agent_without_chat_template_fail_before_loading(tmp_path, tokenizer):
+    import copy
+
+    templated = copy.deepcopy(tokenizer)
+    templated.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    chats = Dataset.from_dict({"prompt": [chat(p) for p in SEED_PROMPTS]})
+    message = (
+        r"agent 1's prompt from the dataset row .* is a list of chat messages, but agent 1's tokenizer has no chat "
+        r"template .*plain-text prompts \(the recipes' `--prompt_format plain`\)"
+    )
+    for checks in (True, False):  # the dataset's prompts are checked also without the placeholder call
+        with pytest.raises(ValueError, match=message):
+            build(
+                tmp_path, [templated, tokenizer], train_dataset=chats,
+                args=config(tmp_path, num_turns=2, check_functions_before_training=checks),
+            )  # fmt: skip
+    with pytest.raises(ValueError, match=r"agent 0's prompt from the dataset row .* is a list of chat messages"):
+        build(tmp_path, tokenizer, train_dataset=dataset(), eval_dataset=chats)
+    build(tmp_path, templated, agents=team(tokenizer), train_dataset=chats)  # every agent has a chat template
+
+
+def test_a_transition_writing_chat_messages_for_an_agent_without_chat_template_names_it(tmp_path, tokenizer):
+    def chat_feedback(prompt, agent_completions, num_agents):
+        return [prompt, chat("Write a longer answer.")]
+
+    message = r"agent 1's prompt from external_transition 'chat_feedback' after turn 1 is a list of chat messages"
+    with pytest.raises(ValueError, match=message):
+        build(tmp_path, tokenizer, external_transition=chat_feedback)
+
+
+def test_a_transition_with_one_turn_is_said_to_be_unused(tmp_path, tokenizer, caplog):
+    import trl_multiagent.trainer as trainer_module
+
+    trainer_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
+    with caplog.at_level("WARNING"):
+        build(tmp_path, tokenizer, agents=team(tokenizer), args=config(tmp_path, num_turns=1))
+    assert "external_transition 'length_feedback' is never called with num_turns=1" in caplog.text
+    caplog.clear()
+    trainer_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        build(tmp_path, tokenizer, agents=team(tokenizer))  # two turns: it is used
+    assert "is never called" not in caplog.text
+
+
+def test_the_class_docstring_example_runs_with_a_local_model(tmp_path, tiny_model_dir, monkeypatch):
+    """The example in MAGRPOTrainer's docstring is valid code: with its hub id swapped for a tiny saved model and one
+    step, it trains."""
+    code = textwrap.dedent(MAGRPOTrainer.__doc__.split("```python")[1].split("```")[0])
+    hub_id = '"HuggingFaceTB/SmolLM2-135M-Instruct"'
+    assert hub_id in code and "max_new_tokens=64" in code
+    code = code.replace(hub_id, repr(tiny_model_dir)).replace("max_new_tokens=64", "max_new_tokens=4, max_steps=1")
+    monkeypatch.chdir(tmp_path)  # the example writes to the default output_dir
+    namespace = {}
+    exec(compile(code, "MAGRPOTrainer docstring", "exec"), namespace)
+    assert namespace["trainer"].state.global_step == 1

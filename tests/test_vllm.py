@@ -258,9 +258,9 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
             sequence_level = trainer.args.vllm_importance_sampling_mode.startswith("sequence")
             assert ratio.shape == ((mask.size(0), 1) if sequence_level else mask.shape)
             assert 0.999 < ratio.min() and ratio.max() < 1.001
-    # The placeholder check when the trainer is built; then 2 prompts per step: 4 joint answers per prompt at turn 1
-    # and 16 at turn 2, as without vLLM.
-    assert calls == [(1, 1)] + [(1, 8), (2, 32)] * 2
+    # The placeholder check when the trainer is built (2 joint answers); then 2 prompts per step: 4 joint answers per
+    # prompt at turn 1 and 16 at turn 2, as without vLLM.
+    assert calls == [(1, 2)] + [(1, 8), (2, 32)] * 2
     steps = [e for e in history if "sampling/sampling_logp_difference/max" in e]
     assert len(steps) == 2
     for entry in steps:  # step 2 samples from synced weights: a failed sync or a bf16 engine shows here

@@ -1,13 +1,15 @@
 """From the trainer's arguments to an `AgentTeam`: agents or one model for all, tokenizers, LoRA, frozen agents.
 
 `plan_team` checks the arguments without loading anything, so that mistakes surface before expensive work;
-`build_team` loads the models and assembles the team.
+`load_tokenizers` loads (or takes) each agent's tokenizer, and `build_team` loads the models and assembles the team.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -25,6 +27,7 @@ class _Copy:
 @dataclass
 class TeamPlan:
     specs: list  # per model to load: a model, a model id or a `_Copy`
+    labels: list[str]  # per spec, the argument it came from (`agents[1]`, `model`), for errors
     num_agents: int
     tokenizers: list | None  # one per agent, or None to load each model's own
     peft_configs: list | None  # one per agent
@@ -35,7 +38,6 @@ class TeamPlan:
 @dataclass
 class BuiltTeam:
     team: AgentTeam
-    tokenizers: list
     eos_token_ids: list[list[int]]  # per agent, every id that ends a completion
 
 
@@ -43,9 +45,10 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
     specs = _agent_specs(agents, model, num_agents)
     n = len(specs)
     peft_configs = _peft_config_list(peft_config, n)
-    trainable = list(range(n)) if trainable_agents is None else list(trainable_agents)
-    if any(not 0 <= i < n for i in trainable):
-        raise ValueError(f"MAGRPOConfig.trainable_agents={trainable} names agents outside 0..{n - 1}.")
+    labels = [f"agents[{i}]" for i in range(n)] if agents is not None else ["model"] * n
+    for spec, label in zip(specs, labels):
+        _check_spec(spec, label)
+    trainable = _trainable_list(trainable_agents, n)
     shared_base = peft_configs is not None and model is not None
     if shared_base and any(getattr(c, "modules_to_save", None) for c in peft_configs):
         raise ValueError(
@@ -56,6 +59,7 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
         )
     return TeamPlan(
         specs=specs[:1] if shared_base else specs,  # a shared base is loaded once; the agents are its adapters
+        labels=labels[:1] if shared_base else labels,
         num_agents=n,
         tokenizers=_tokenizer_list(tokenizer, n),
         peft_configs=peft_configs,
@@ -64,17 +68,24 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
     )
 
 
-def build_team(plan: TeamPlan, model_init_kwargs: dict | None = None) -> BuiltTeam:
-    models = [_load_agent(spec, model_init_kwargs) for spec in plan.specs]
+def load_tokenizers(plan: TeamPlan) -> list:
+    """Each agent's tokenizer: the ones given, else its model's own, loaded before the (much larger) models."""
+    if plan.tokenizers is not None:
+        return plan.tokenizers
+    owners = [0 if plan.shared_base else i for i in range(plan.num_agents)]
+    return [_tokenizer(plan.specs[o], plan.labels[o]) for o in owners]
+
+
+def build_team(plan: TeamPlan, tokenizers: list, model_init_kwargs: dict | None = None) -> BuiltTeam:
+    models = [_load_agent(spec, label, model_init_kwargs) for spec, label in zip(plan.specs, plan.labels)]
     owner = [models[0] if plan.shared_base else models[i] for i in range(plan.num_agents)]  # the model of each agent
-    tokenizers = plan.tokenizers or [AutoTokenizer.from_pretrained(m.config._name_or_path) for m in owner]
     eos_token_ids = [_prepare_tokenizer_and_model(t, m) for t, m in zip(tokenizers, owner)]
     team = _assemble(models, plan.peft_configs, plan.shared_base)
     for i in range(plan.num_agents):
         if i not in plan.trainable:
             for p in team.agent_parameters(i):
                 p.requires_grad_(False)
-    return BuiltTeam(team, tokenizers, eos_token_ids)
+    return BuiltTeam(team, eos_token_ids)
 
 
 def _agent_specs(agents, model, num_agents) -> list:
@@ -126,14 +137,68 @@ def _assemble(models: list, peft_configs: list | None, shared_base: bool) -> Age
     return AgentTeam.shared_base(peft_model, names)
 
 
-def _load_agent(spec, model_init_kwargs: dict | None) -> torch.nn.Module:
+def _trainable_list(trainable_agents, n: int) -> list[int]:
+    trainable = list(range(n)) if trainable_agents is None else list(trainable_agents)
+    if not trainable:
+        # With no trainable parameter the loss is a plain float, and the first backward fails after a whole rollout.
+        raise ValueError(
+            "MAGRPOConfig.trainable_agents=[] trains no agent; at least one agent must train. Name the agents that "
+            f"train (0..{n - 1}), or leave it None to train all. To only measure a team, build the trainer with "
+            "`eval_dataset=` and call `trainer.evaluate()`, which changes no weight."
+        )
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n for i in trainable):
+        raise ValueError(f"MAGRPOConfig.trainable_agents={trainable} names agents outside 0..{n - 1}.")
+    repeated = sorted({i for i in trainable if trainable.count(i) > 1})
+    if repeated:
+        raise ValueError(
+            f"MAGRPOConfig.trainable_agents={trainable} names agent(s) {repeated} more than once; name each agent "
+            "that trains once."
+        )
+    return trainable
+
+
+def _check_spec(spec, label: str) -> None:
+    """A model, or a model id; an id meant as a folder that does not exist is said as such, not as a bad hub id."""
+    if not isinstance(spec, (str, torch.nn.Module, _Copy)):
+        raise TypeError(f"MAGRPOTrainer: {label} must be a model or a model id, got {type(spec).__name__}: {spec!r}.")
+    if not isinstance(spec, str):
+        return
+    # A hub id is `name` or `namespace/name`; anything else can only be a folder.
+    local = spec.startswith(("/", "./", "../", "~")) or spec.count("/") > 1 or (os.sep != "/" and os.sep in spec)
+    if local and not os.path.exists(os.path.expanduser(spec)):
+        raise FileNotFoundError(
+            f"MAGRPOTrainer: {label} = {spec!r} could not be loaded: no such folder. Give the folder the model was "
+            "saved in (`save_pretrained`), or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
+        )
+
+
+def _from_pretrained(load, source: str, what: str, fix: str = ""):
+    """`load(source)`, with an error that names the agent (the loader's names only the id). transformers raises an
+    OSError for a missing or unreachable model, a ValueError for a folder without a usable config or tokenizer; the
+    kind is kept."""
+    try:
+        return load(source)
+    except (OSError, ValueError) as err:
+        kind = OSError if isinstance(err, OSError) else ValueError
+        raise kind(f"MAGRPOTrainer: {what} could not be loaded: {err}{fix}") from err
+
+
+def _tokenizer(spec, label: str):
+    if isinstance(spec, str):
+        return _from_pretrained(AutoTokenizer.from_pretrained, spec, f"the tokenizer of {label} = {spec!r}")
+    model = spec.model if isinstance(spec, _Copy) else spec
+    source = getattr(model.config, "_name_or_path", "") if hasattr(model, "config") else ""
+    where = f"the tokenizer of {label} (a model in memory, whose config names {source!r})"
+    return _from_pretrained(AutoTokenizer.from_pretrained, source, where, fix=" Pass `tokenizer=`.")
+
+
+def _load_agent(spec, label: str, model_init_kwargs: dict | None) -> torch.nn.Module:
     if isinstance(spec, _Copy):
         return copy.deepcopy(spec.model)
     if isinstance(spec, str):
-        return AutoModelForCausalLM.from_pretrained(spec, **(model_init_kwargs or {}))
-    if isinstance(spec, torch.nn.Module):
-        return spec
-    raise TypeError(f"MAGRPOTrainer: an agent must be a model or a model id, got {type(spec).__name__}.")
+        load = partial(AutoModelForCausalLM.from_pretrained, **(model_init_kwargs or {}))
+        return _from_pretrained(load, spec, f"{label} = {spec!r}")
+    return spec  # a model in memory (`_check_spec` allowed nothing else)
 
 
 def _tokenizer_list(tokenizer, num_agents: int) -> list | None:

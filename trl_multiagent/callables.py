@@ -44,6 +44,26 @@ def _pick_keywords(func: Callable, available: dict[str, Any]) -> dict[str, Any]:
     return dict(available) if takes_any else {k: v for k, v in available.items() if k in names}
 
 
+def _unknown_parameters(func: Callable, args: Sequence, keywords: dict[str, Any], passed: Sequence[str],
+                        columns: Sequence[str]) -> str:  # fmt: skip
+    """Why a call with `args` and `keywords` leaves a required parameter unbound: it names neither a keyword the
+    trainer passes nor a dataset column (the usual cause is a column the dataset lacks); "" when none is left."""
+    params = list(inspect.signature(func).parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    filled = {p.name for p in positional[: len(args)]} | set(keywords)
+    unknown = [
+        p.name for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in filled
+    ]  # fmt: skip
+    if not unknown:
+        return ""
+    return (
+        f" {', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} neither a column of the dataset "
+        f"(columns other than 'prompt': {sorted(columns) or 'none'}) nor a keyword the trainer passes "
+        f"({list(passed)}): add the column to the dataset, give the parameter a default, or remove it."
+    )
+
+
 _loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -90,12 +110,15 @@ class JointReward:
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
             keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *columns]))
+            args = [[]] * num_agents
             try:
-                inspect.signature(func).bind(*([[]] * num_agents), **keywords)
+                inspect.signature(func).bind(*args, **keywords)
             except TypeError as err:
+                unknown = _unknown_parameters(func, args, keywords, self.KEYWORDS, columns)
                 raise TypeError(
                     f"Reward function {name!r} cannot be called with {num_agents} positional lists of completions "
-                    f"(one per agent) and the keywords {sorted(keywords)}: {err}. Its signature is {name}{inspect.signature(func)}."
+                    f"(one per agent) and the keywords {sorted(keywords)}: {err}.{unknown} Its signature is "
+                    f"{name}{inspect.signature(func)}."
                 ) from None
 
     def __call__(self, completions: list[list[str]], turn: int, keywords: dict[str, Any]) -> tuple[list[float], list]:
@@ -173,7 +196,8 @@ class Transition:
         try:
             signature.bind(*args, **keywords)
         except TypeError as err:
-            raise TypeError(f"{convention}, plus the history keywords it names ({err}).") from None
+            unknown = _unknown_parameters(func, args, keywords, [*self.REQUIRED, *self.HISTORY], columns)
+            raise TypeError(f"{convention}, plus the history keywords it names ({err}).{unknown}") from None
 
     def _arguments(self, prompt, agent_completions, history: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """(positional, keyword) arguments of one call, by this function's binding rule."""

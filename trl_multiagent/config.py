@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ from trl import GRPOConfig
 
 from . import comlrl
 from .chunking import check_loss_type
-from .credit import ADVANTAGE_BASELINES, JOINT_MODES
+from .credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS
 from .generation.vllm_settings import check_vllm_config
 
 
@@ -116,8 +117,8 @@ class MAGRPOConfig(GRPOConfig):
     the policy's dtype; `vllm_gpu_memory_utilization` is split evenly among a process's engines.
 
     On a machine without a GPU, `bf16` defaults to `False` (TRL's `True` would raise there), `use_cpu` to `True`, and
-    `gradient_checkpointing` to `False` (TRL's `True` costs 40-60% of the update's time on a CPU, where the chunked
-    update already bounds activation memory).
+    `activation_checkpointing` (`gradient_checkpointing` in older transformers, such as 5.19) to `False` (TRL's `True` costs
+    40-60% of the update's time on a CPU, where the chunked update already bounds activation memory).
 
     Example:
 
@@ -255,18 +256,29 @@ class MAGRPOConfig(GRPOConfig):
             logger.info_once(
                 "MAGRPOConfig: ddp_find_unused_parameters=False (every agent runs a forward on every micro-step)."
             )
-        # transformers 5.24 names it `activation_checkpointing` (`gradient_checkpointing` is its alias); 5.19 has only
-        # `gradient_checkpointing`
+        # transformers 5.24 names it `activation_checkpointing` (`gradient_checkpointing`, its alias, warns when set);
+        # 5.19 has only `gradient_checkpointing`
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
-            self.gradient_checkpointing = _has_accelerator()
-            if not self.gradient_checkpointing:
+            name = (
+                "activation_checkpointing" if hasattr(self, "activation_checkpointing") else "gradient_checkpointing"
+            )
+            setattr(self, name, _has_accelerator())
+            if not _has_accelerator():
                 logger.info_once(
-                    "MAGRPOConfig: no GPU, so gradient_checkpointing=False (TRL's default, True, costs 40-60% of the "
-                    "update's time on a CPU; the update runs in chunks of update_chunk_size rows either way)."
+                    f"MAGRPOConfig: no GPU, so {name}=False (TRL's default, True, costs 40-60% of the update's time on "
+                    "a CPU; the update runs in chunks of update_chunk_size rows either way)."
                 )
         if self.max_new_tokens is not None:
             self.max_completion_length = self.max_new_tokens
+        # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change.
+        if self.num_generations is None or self.num_generations < 2:
+            raise ValueError(
+                f"MAGRPOConfig: num_generations must be >= 2, got {self.num_generations}: each agent's "
+                "num_generations completions at a node form the group its advantages compare."
+            )
+        self._check_whole_prompts()
         super().__post_init__()
+        self._check_whole_prompts(num_processes=self.world_size)
         self.max_new_tokens = self.max_completion_length
 
         if self.num_turns < 1:
@@ -296,16 +308,56 @@ class MAGRPOConfig(GRPOConfig):
         for name in ("update_chunk_size", "generate_chunk_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"MAGRPOConfig: {name} must be >= 1 or None, got {getattr(self, name)}.")
-        if self.discount < 0:
-            raise ValueError(f"MAGRPOConfig: discount must be >= 0, got {self.discount}.")
-        # Trees grow from whole prompts on one process: a process's generation batch must hold whole groups.
-        per_process = self.per_device_train_batch_size * self.steps_per_generation
-        if per_process % self.num_generations != 0:
+        # NaN passes `x < 0` (it fails every comparison); inf makes the returns or the loss inf or NaN
+        for name in ("discount", "beta"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"MAGRPOConfig: {name} must be a finite number >= 0, got {getattr(self, name)}.")
+        if self.early_termination_threshold is not None and math.isnan(self.early_termination_threshold):
             raise ValueError(
-                f"MAGRPOConfig: per_device_train_batch_size * steps_per_generation ({per_process}) must be a multiple "
-                f"of num_generations ({self.num_generations}), so that each process holds whole prompts. For example, "
-                f"set per_device_train_batch_size={self.num_generations}."
+                "MAGRPOConfig: early_termination_threshold must be a number (inf: never end early) or None (no early "
+                "termination), got nan."
             )
+        if not self.temperature > 0:
+            raise ValueError(
+                f"MAGRPOConfig: temperature must be > 0, got {self.temperature}. The num_generations completions of a "
+                "prompt are sampled and compared with each other: greedy decoding would make them identical and every "
+                "advantage zero. For greedy evaluation rollouts, set eval_do_sample=False."
+            )
+        # GRPOConfig has already mapped True and False to "group" and "none"
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ValueError(
+                f"MAGRPOConfig: scale_rewards must be one of {SCALE_REWARDS} (or True for 'group', False for 'none'), "
+                f"got {self.scale_rewards!r}."
+            )
+
+    def _check_whole_prompts(self, num_processes: int | None = None) -> None:
+        """A process's generation batch must hold whole groups of K: trees grow from whole prompts on one process.
+
+        Runs before GRPOConfig's check of the global batch, and again with `num_processes` once TrainingArguments
+        knows it: a `generation_batch_size` is split among the processes.
+        """
+        k, rows = self.num_generations, self.per_device_train_batch_size
+        if self.generation_batch_size is None:  # GRPOConfig derives it from these
+            if self.steps_per_generation is None:  # GRPOConfig takes gradient_accumulation_steps for it
+                steps, named = self.gradient_accumulation_steps, "gradient_accumulation_steps"
+            else:
+                steps, named = self.steps_per_generation, "steps_per_generation"
+            if rows * steps % k != 0:
+                raise ValueError(
+                    f"MAGRPOConfig: per_device_train_batch_size * {named} ({rows} * {steps} = {rows * steps}) must be "
+                    f"a multiple of num_generations ({k}), so that each process holds whole prompts. For example, set "
+                    f"per_device_train_batch_size={k}."
+                )
+        elif num_processes is not None or self.steps_per_generation is None:  # with both set, GRPOConfig refuses
+            batch = self.generation_batch_size
+            if batch % (k * (num_processes or 1)) != 0:
+                processes = "" if num_processes is None else f" ({num_processes})"
+                step = math.lcm(k, rows) * (num_processes or 1)  # GRPOConfig wants a multiple of the global rows too
+                raise ValueError(
+                    f"MAGRPOConfig: generation_batch_size ({batch}) must be a multiple of num_generations ({k}) times "
+                    f"the number of processes{processes}, so that each process holds whole prompts. For example, set "
+                    f"generation_batch_size={-(-batch // step) * step}."
+                )
 
     @property
     def comlrl_settings(self) -> dict:

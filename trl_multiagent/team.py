@@ -29,6 +29,15 @@ def _is_peft(module: nn.Module) -> bool:
 
 
 class AgentTeam(nn.Module):
+    """The N agents of a team as one module: the model `MAGRPOTrainer` gives Trainer (`trainer.team`).
+
+    One optimizer, one DDP/DeepSpeed engine and one checkpointing switch cover every agent. A forward runs the active
+    agent: `with team.acting(i) as agent:` routes forwards to agent `i` (on a shared base, activates its adapter) and
+    yields the module to call. The trainer generates and computes log-probs one agent at a time this way, and runs an
+    update chunk's losses of all agents in one call of the wrapped team (`forward(run=...)`). `AgentTeam(agents)`
+    holds separate models; `AgentTeam.shared_base(peft_model, adapter_names)`, one LoRA adapter per agent on one base.
+    """
+
     def __init__(self, agents: list[nn.Module], adapter_names: list[str] | None = None):
         super().__init__()
         if not agents:
@@ -118,12 +127,19 @@ class AgentTeam(nn.Module):
     def generation_config(self):
         return self.agents[0].generation_config
 
-    # Activation checkpointing is switched on and off for every agent together (transformers' v5 and legacy names).
+    # Activation checkpointing is switched on and off for every agent together. The team answers to transformers'
+    # new names and its legacy ones (which TRL calls), and calls each agent by the new names where it has them: in
+    # 5.24 the legacy ones warn, and 5.19 has only those.
     @property
-    def is_gradient_checkpointing(self) -> bool:
-        return any(getattr(a, "is_gradient_checkpointing", False) for a in self.agents)
+    def is_activation_checkpointing(self) -> bool:
+        return any(
+            a.is_activation_checkpointing
+            if hasattr(a, "is_activation_checkpointing")
+            else getattr(a, "is_gradient_checkpointing", False)
+            for a in self.agents
+        )
 
-    is_activation_checkpointing = is_gradient_checkpointing
+    is_gradient_checkpointing = is_activation_checkpointing
 
     def _checkpoint_kwargs(self, kwargs: dict | None) -> dict | None:
         if not self.is_shared_base:
@@ -161,13 +177,10 @@ class AgentTeam(nn.Module):
             getattr(agent, "activation_checkpointing_disable", agent.gradient_checkpointing_disable)()
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
-        kwargs = self._checkpoint_kwargs(gradient_checkpointing_kwargs)
-        for agent in self.agents:
-            agent.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
 
     def gradient_checkpointing_disable(self):
-        for agent in self.agents:
-            agent.gradient_checkpointing_disable()
+        self.activation_checkpointing_disable()
 
     def add_model_tags(self, tags):
         for agent in self.agents:

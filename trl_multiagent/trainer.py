@@ -23,9 +23,9 @@ from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from . import checkpoint, comlrl
-from .assembly import build_team, plan_team
+from .assembly import build_team, load_tokenizers, plan_team
 from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
-from .callables import JointReward, Transition, check_prompt
+from .callables import JointReward, Transition, callable_name, check_prompt
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
@@ -41,6 +41,9 @@ from .team import AgentTeam
 logger = logging.get_logger(__name__)
 
 PLACEHOLDER_ANSWER = "placeholder answer"
+# Joint actions of the placeholder reward call: more than one, so that a reward returning a list of fixed length
+# (`[0.0]`) fails when the trainer is built, not after the first generation.
+PLACEHOLDER_JOINT_ACTIONS = 2
 
 
 class MAGRPOTrainer(GRPOTrainer):
@@ -80,16 +83,20 @@ class MAGRPOTrainer(GRPOTrainer):
     Example:
 
     ```python
+    from datasets import Dataset
+
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 
-    def ratio_reward(completions1, completions2):
+    dataset = Dataset.from_dict({"prompt": ["Describe a city in the clouds:", "Invent a new holiday and explain it:"]})
+
+    def ratio_reward(completions1, completions2):  # one list per agent, one value per joint answer
         return [min(len(b) / max(len(a), 1), 3.0) for a, b in zip(completions1, completions2)]
 
     trainer = MAGRPOTrainer(
-        agents=["HuggingFaceTB/SmolLM2-135M-Instruct"] * 2,
+        agents=["HuggingFaceTB/SmolLM2-135M-Instruct"] * 2,  # hub ids, saved folders or models in memory
         reward_func=ratio_reward,
         train_dataset=dataset,
-        args=MAGRPOConfig(num_generations=4, max_new_tokens=64),
+        args=MAGRPOConfig(num_generations=4, per_device_train_batch_size=8, max_new_tokens=64),
     )
     trainer.train()
     ```
@@ -155,20 +162,35 @@ class MAGRPOTrainer(GRPOTrainer):
             raise ValueError(
                 f"MAGRPOTrainer: num_turns={args.num_turns} needs `external_transition` to write the next prompts."
             )
+        if args.num_turns == 1 and external_transition is not None:
+            logger.warning_once(
+                f"MAGRPOTrainer: external_transition {callable_name(external_transition)!r} is never called with "
+                "num_turns=1: it writes the prompts of turn 2 and later. Set `num_turns` above 1 to use it."
+            )
         conversational = _is_conversational_dataset(train_dataset if train_dataset is not None else eval_dataset)
         self.transition = (
             Transition(external_transition, n, conversational, columns) if external_transition is not None else None
         )
         self.num_agents = n
+        first_row = None
         if train_dataset is not None:
             first_row = next(iter(train_dataset), None)
             if first_row is None:
                 raise ValueError("MAGRPOTrainer: train_dataset is empty (no row); it needs at least one prompt.")
-            if args.check_functions_before_training:  # still before any model is loaded
-                self._check_user_functions(first_row, args.num_turns)
+        # The tokenizers are small, and the first prompts need them (chat messages need a chat template): they are
+        # loaded before the models, and the first prompts and user functions are checked still before any model.
+        self.tokenizers = load_tokenizers(plan)
+        if isinstance(eval_dataset, (Dataset, IterableDataset)):
+            eval_row = next(iter(eval_dataset), None)
+            if eval_row is not None:
+                self._first_prompts(eval_row)
+        if first_row is not None:
+            prompts = self._first_prompts(first_row)
+            if args.check_functions_before_training:
+                self._check_user_functions(first_row, prompts, args.num_turns)
 
-        built = build_team(plan, args.model_init_kwargs)
-        self.team, self.tokenizers, self.agent_eos_token_ids = built.team, built.tokenizers, built.eos_token_ids
+        built = build_team(plan, self.tokenizers, args.model_init_kwargs)
+        self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
         self.trainable_agents = plan.trainable
 
         # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
@@ -223,31 +245,53 @@ class MAGRPOTrainer(GRPOTrainer):
             return prepare_deepspeed(reference, self.accelerator)  # sharded like the policy under ZeRO-3
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
 
-    def _check_user_functions(self, row: dict, num_turns: int) -> None:
-        """Call the reward and the transition once with placeholder answers, before any generation."""
-        prompts = self._first_prompts(row)
-        answers = [[PLACEHOLDER_ANSWER] for _ in range(self.num_agents)]
-        keywords = self._reward_keywords([row], [prompts], turn=1)
-        self.joint_reward(answers, 1, keywords)
+    def _check_user_functions(self, row: dict, prompts: list, num_turns: int) -> None:
+        """Call the reward and the transition once with placeholder answers (the row's first `prompts`), before any
+        generation."""
+        count = PLACEHOLDER_JOINT_ACTIONS
+        answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
+        keywords = self._reward_keywords([row] * count, [prompts] * count, turn=1)
+        with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
+            self.joint_reward(answers, 1, keywords)
         if self.transition is not None and num_turns > 1:
+            branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
             history = {
                 "prompt_history_per_agent": [[p] for p in prompts],
-                "response_history_per_agent": answers,
+                "response_history_per_agent": [[a] for a in branch],
                 "reward": 0.0,
                 **_columns(row),
             }
-            self.transition(row.get("prompt"), [a[0] for a in answers], 1, history)
+            with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
+                self._transitions([row], [(row.get("prompt"), branch, history)], 1)
 
     # ------------------------------------------------------------------ rollout
 
     def _first_prompts(self, row: dict) -> list:
         if self.formatters is None:
             check_prompt(f"The dataset row {_short_row(row)}'s 'prompt'", row["prompt"], conversational=True)
-            return [row["prompt"]] * self.num_agents
-        prompts = [f(row) for f in self.formatters]
-        for i, prompt in enumerate(prompts):
-            check_prompt(f"formatters[{i}] (agent {i}) on the row {_short_row(row)}: its result", prompt, True)
+            prompts, source = [row["prompt"]] * self.num_agents, f"the dataset row {_short_row(row)}"
+        else:
+            prompts = [f(row) for f in self.formatters]
+            for i, prompt in enumerate(prompts):
+                check_prompt(f"formatters[{i}] (agent {i}) on the row {_short_row(row)}: its result", prompt, True)
+            source = f"its formatter on the row {_short_row(row)}"
+        self._check_chat_templates(prompts, source)
         return prompts
+
+    def _check_chat_templates(self, prompts: list, source: str) -> None:
+        """Chat messages go only to an agent whose tokenizer has a chat template: transformers would fail at the
+        first generation, naming no agent."""
+        for i, prompt in enumerate(prompts):
+            tokenizer = self.tokenizers[i]
+            if is_conversational({"prompt": prompt}) and getattr(tokenizer, "chat_template", None) is None:
+                name = getattr(tokenizer, "name_or_path", "")
+                raise ValueError(
+                    f"MAGRPOTrainer: agent {i}'s prompt from {source} is a list of chat messages, but agent {i}'s "
+                    f"tokenizer{f' ({name!r})' if name else ''} has no chat template (`tokenizer.chat_template` is "
+                    "None) to turn them into tokens. Give the agents plain-text prompts "
+                    "(the recipes' `--prompt_format plain`), or a tokenizer with a chat template (an instruct "
+                    "model's, or set `tokenizer.chat_template`)."
+                )
 
     def _generate(self, agent: int, prompts: list, num_generations: int) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend."""
@@ -265,7 +309,7 @@ class MAGRPOTrainer(GRPOTrainer):
         # A fresh state for the placeholder call made before the Trainer exists.
         keywords["trainer_state"] = self.state if hasattr(self, "state") else TrainerState()
         for key in rows[0]:
-            if key not in ("prompt", "turn", "prompts", "trainer_state"):
+            if key != "prompt" and key not in JointReward.KEYWORDS:
                 keywords[key] = [row.get(key) for row in rows]
         return keywords
 
@@ -284,7 +328,7 @@ class MAGRPOTrainer(GRPOTrainer):
     def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
         """The transition of every branch that goes on (async transitions run concurrently)."""
         start = time.perf_counter()
-        calls = []
+        branch_rows, calls = [], []
         for action_id in action_ids:
             row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
             prompt_history, response_history = tree.history(action_id)
@@ -294,14 +338,23 @@ class MAGRPOTrainer(GRPOTrainer):
                 "reward": tree.joint_actions[action_id].reward,
                 **_columns(row),
             }
+            branch_rows.append(row)
             calls.append((row.get("prompt"), tree.answers(action_id), history))
+        prompts = self._transitions(branch_rows, calls, turn)
+        self._phase_time["transition"] += time.perf_counter() - start
+        return prompts
+
+    def _transitions(self, rows: list[dict], calls: list[tuple], turn: int) -> list[list]:
+        """The next prompts of each branch: the transition's for `calls` (`(prompt, agent_completions, history)`, of
+        the dataset `rows`), through CoMLRL's formatters where they apply, each checked against its agent."""
         prompts = self.transition.many(calls, turn)
         if self.formats_later_turns:  # CoMLRL's formatters(row, external_prompts=...), see `comlrl`
-            prompts = [
-                self._formatted(rows[tree.nodes[tree.joint_actions[a].node].row], p, turn + 1)
-                for a, p in zip(action_ids, prompts, strict=True)
-            ]
-        self._phase_time["transition"] += time.perf_counter() - start
+            prompts = [self._formatted(row, p, turn + 1) for row, p in zip(rows, prompts, strict=True)]
+        formatted = " and the formatters" if self.formats_later_turns else ""
+        for branch in prompts:
+            self._check_chat_templates(
+                branch, f"external_transition {self.transition.name!r}{formatted} after turn {turn}"
+            )
         return prompts
 
     def _formatted(self, row: dict, prompts: list, turn: int) -> list:
@@ -707,6 +760,26 @@ def _check_dataset(name: str, dataset, has_formatters: bool) -> None:
     if isinstance(dataset, Dataset) and not has_formatters:
         for index, prompt in enumerate(dataset["prompt"]):
             check_prompt(f"MAGRPOTrainer: {name} row {index}'s 'prompt'", prompt, conversational=True)
+
+
+@contextlib.contextmanager
+def _placeholder_call(function: str):
+    """Say where an error of the placeholder call comes from: raised while the trainer is built, it would look like
+    a fault of the trainer's own set-up. The user's exception type is kept."""
+    try:
+        yield
+    except Exception as err:
+        note = (
+            f"MAGRPOTrainer: this came from the check that calls {function} once when the trainer is built, before "
+            f"any generation: on the first training row, with the placeholder answer {PLACEHOLDER_ANSWER!r} from every "
+            "agent. Make it handle any text an agent may write, or skip this check with "
+            "MAGRPOConfig(check_functions_before_training=False)."
+        )
+        if hasattr(err, "add_note"):  # Python 3.11+
+            err.add_note(note)
+        else:
+            logger.error(note)
+        raise
 
 
 def _short_row(row: dict, limit: int = 120) -> str:
