@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from trl_multiagent.callables import JointReward, Transition
+from trl_multiagent.callables import Transition
+from trl_multiagent.rewards import JointReward
 
 
 async def async_reward(completions1, completions2):
@@ -24,7 +25,7 @@ def test_async_functions_run_inside_a_running_event_loop():
     transition = Transition(async_transition, num_agents=2, conversational=False)
 
     async def notebook_cell():  # a running loop, as in Jupyter: asyncio.run() would refuse to nest
-        values, _ = reward([["ab", "c"], ["d", "efg"]], 1, {})
+        values, _, _ = reward([["ab", "c"], ["d", "efg"]], 1, {})
         prompts = transition("task", ["x", "y"], 1, {})
         return values, prompts
 
@@ -73,7 +74,7 @@ def test_a_reward_keyword_that_is_no_dataset_column_is_named_with_the_columns_an
     message = (
         r"'graded' cannot be called .*missing a required argument: 'answer'\. 'answer' is neither a column of the "
         r"dataset \(columns other than 'prompt': \['question'\]\) nor a keyword the trainer passes "
-        r"\(\['prompts', 'turn', 'trainer_state'\]\): add the column"
+        r"\(\['prompts', 'turn', 'trainer_state', 'batch_items'\]\): add the column"
     )
     with pytest.raises(TypeError, match=message):
         JointReward([graded], None, num_agents=2, columns=["question"])

@@ -29,9 +29,13 @@ def test_config_fields_map_to_their_equivalents(tmp_path):
     config = comlrl_config(tmp_path)
     assert config.learning_rate == 1e-3
     assert config.advantage_baseline == "rloo" and config.scale_rewards == "group" and config.beta == 0.0
-    assert config.comlrl_settings == {
-        "num_agents": 2, "eval_num_samples": 2, "eval_interval": 4, "external_prompt_passthrough": True,
-    }  # fmt: skip
+    # read back in CoMLRL's terms, as CoMLRL's tests read them
+    assert (config.agent_learning_rate, config.num_agents, config.eval_num_samples, config.eval_interval) == (
+        1e-3, 2, 2, 4,
+    )  # fmt: skip
+    assert config.external_prompt_passthrough and config.advantage_mode == "rloo" and config.advantage_normalization
+    assert not config.reference_kl_enabled and config.reference_kl_coef == 0.1 and config.parallel_training == "none"
+    assert config.comlrl.eval_batch_size == 1  # CoMLRL's prompts; TrainingArguments' eval_batch_size counts rows
     # CoMLRL evaluates every 4 one-prompt steps; a step here takes 8 rows / K=2 = 4 prompts
     assert config.eval_strategy == "steps" and config.eval_steps == 1 and config.eval_on_start
     assert config.per_device_eval_batch_size == 2  # 1 prompt x K rows
@@ -45,18 +49,16 @@ def test_comlrl_names_are_not_command_line_flags():
     from trl import TrlParser
 
     flags = {action.dest for action in TrlParser((MAGRPOConfig,))._actions}
-    assert {"learning_rate", "advantage_baseline", "num_turns"} <= flags
-    assert not flags & {"agent_learning_rate", "num_agents", "advantage_mode", "eval_interval", "rollout_buffer_size"}
+    assert {"learning_rate", "advantage_baseline", "num_turns", "num_agents"} <= flags  # num_agents means the same
+    assert not flags & {"agent_learning_rate", "advantage_mode", "eval_interval", "rollout_buffer_size"}
 
 
 @pytest.mark.parametrize(
     "field, value, says",
     [
-        ("parallel_training", "mp", "accelerate launch --config_file accelerate_configs/multi_gpu.yaml"),
-        ("agent_devices", ["cuda:0", "cuda:1"], "accelerate launch"),
+        ("parallel_training", "mp", "needs agent_devices"),
+        ("agent_devices", ["cuda:0", "cuda:1"], "accelerate launch --config_file accelerate_configs/multi_gpu.yaml"),
         ("reference_devices", ["cuda:1"], "accelerate launch"),
-        ("rollout_buffer_size", 2, "set per_device_train_batch_size"),
-        ("train_batch_size", 4, "update_chunk_size"),
         ("advantage_mode", "median", "advantage_baseline"),
     ],
 )
@@ -106,10 +108,10 @@ def test_trainer_arguments_without_equivalent_are_refused_before_loading(tmp_pat
     args = comlrl_config(tmp_path)
     data = Dataset.from_dict({"prompt": SEED_PROMPTS})
     common = dict(agent_model="/no/such/model", tokenizer=tokenizer, train_dataset=data, args=args)
-    with pytest.raises(ValueError, match="MAGRPOTrainer: eval_logger is a CoMLRL argument .* on_evaluate"):
+    with pytest.raises(ValueError, match="MAGRPOTrainer: eval_logger is given alone; CoMLRL calls eval_logger and"):
         MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), eval_logger=lambda **kw: {})
-    with pytest.raises(ValueError, match=r"model_config keys \['special_tokens'\]"):
-        MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), model_config={"special_tokens": {}})
+    with pytest.raises(ValueError, match=r"model_config keys \['quantize'\]"):
+        MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), model_config={"quantize": True})
     with pytest.raises(TypeError, match=r"unexpected keyword arguments \['rolout_buffer'\]"):
         MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), rolout_buffer=2)
     with pytest.raises(ValueError, match=r"num_agents=3, but MAGRPOConfig\(num_agents=2\)"):

@@ -96,7 +96,16 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
             dict(early_termination_threshold=math.nan),
             r"MAGRPOConfig: early_termination_threshold must be a number \(inf: never end early\) or None .*got nan",
         ),
-        (dict(log_completions=True), "log_completions=True is not supported by MAGRPOTrainer"),
+        (dict(sync_ref_model=True), "sync_ref_model=True is not supported by MAGRPOTrainer"),
+        (dict(num_train_epochs=0), r"MAGRPOConfig: num_train_epochs must be > 0 \(or max_steps > 0\), got 0"),
+        (dict(num_agents=0), "MAGRPOConfig: num_agents must be >= 1 or None, got 0"),
+        (dict(eval_batch_size=0), r"MAGRPOConfig: eval_batch_size \(CoMLRL\) must be >= 1, got 0"),
+        (dict(eval_interval=-1), r"MAGRPOConfig: eval_interval \(CoMLRL\) must be >= 0, got -1"),
+        (dict(eval_num_samples=-1), r"MAGRPOConfig: eval_num_samples \(CoMLRL\) must be >= 0, got -1"),
+        (dict(reference_kl_coef=-0.1), r"MAGRPOConfig: reference_kl_coef \(CoMLRL\) must be >= 0, got -0.1"),
+        (dict(rollout_buffer_size=0), r"MAGRPOConfig: rollout_buffer_size \(CoMLRL\) must be >= 1, got 0"),
+        (dict(parallel_training="ddp"), r"MAGRPOConfig: parallel_training='ddp' \(CoMLRL\) must be one of"),
+        (dict(agent_reward_aggregation="median"), "MAGRPOConfig: agent_reward_aggregation must be one of"),
         (
             dict(multi_objective_aggregation="normalize_then_sum"),
             "multi_objective_aggregation='normalize_then_sum' is",
@@ -169,11 +178,11 @@ def test_missing_prompt_column(tokenizer, args):
 
 
 def test_reward_signature_that_cannot_take_the_agents(tokenizer, args, data):
-    def one_agent_reward(completions):
-        return [0.0] * len(completions)
+    def three_agent_reward(completions1, completions2, completions3):
+        return [0.0] * len(completions1)
 
-    with pytest.raises(TypeError, match="'one_agent_reward' cannot be called with 2 positional lists"):
-        build(tokenizer, args, data, reward_func=one_agent_reward)
+    with pytest.raises(TypeError, match="'three_agent_reward' cannot be called with 2 positional lists"):
+        build(tokenizer, args, data, reward_func=three_agent_reward)
 
 
 def test_transition_signature_without_required_keywords(tokenizer, args, data):

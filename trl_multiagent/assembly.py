@@ -13,8 +13,12 @@ from functools import partial
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging
 
 from .team import AgentTeam
+
+
+logger = logging.get_logger(__name__)
 
 
 class _Copy:
@@ -215,9 +219,17 @@ def _tokenizer_list(tokenizer, num_agents: int) -> list | None:
 
 
 def _prepare_tokenizer_and_model(tokenizer, model) -> list[int]:
-    """Give the tokenizer a pad token, mirror it on the model, and return every id that ends a completion."""
+    """Give the tokenizer a pad token, mirror it on the model, grow the model's embeddings to tokens added to the
+    tokenizer (CoMLRL's `model_config["special_tokens"]`, or the user's), and return every id that ends a completion."""
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    rows = model.get_input_embeddings().weight.size(0)
+    if len(tokenizer) > rows:
+        model.resize_token_embeddings(len(tokenizer))
+        logger.info(
+            f"MAGRPOTrainer: the tokenizer has {len(tokenizer)} tokens and the model's embeddings {rows} rows; resized "
+            "them to the tokenizer (new tokens start untrained)."
+        )
     model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     eos = model.generation_config.eos_token_id

@@ -1,11 +1,7 @@
-"""Calling conventions of the user's joint reward and transition functions, and checks of what they return.
+"""Calling conventions of the user's transition functions, and checks of what they return; the helpers that bind a
+user function's keywords (shared with `rewards`).
 
-Joint reward::
-
-    reward(completions_agent_0, completions_agent_1, ..., *, prompts, turn, trainer_state, <dataset columns>)
-
-gets one list of completions per agent, aligned by joint action, and returns one float (or None) per joint action.
-Keywords are passed only when the function names them or takes ``**kwargs``. It may be ``async``.
+Rewards: see `rewards`.
 
 Transition::
 
@@ -21,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
-import numbers
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -84,85 +78,6 @@ def _run(result):
         return await result
 
     return asyncio.run_coroutine_threadsafe(wait(), _loop).result()
-
-
-class JointReward:
-    """One or more weighted joint reward functions, called with TRL-like conventions."""
-
-    KEYWORDS = ("prompts", "turn", "trainer_state")
-
-    def __init__(
-        self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int, columns: Sequence[str] = (),
-        processor: Callable[[float], float] | None = None,
-    ):  # fmt: skip
-        self.funcs = list(funcs)
-        self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
-        if not self.funcs:
-            raise ValueError("MAGRPOTrainer needs a joint reward: pass `reward_func=` (or `reward_funcs=`).")
-        self.weights = [1.0] * len(self.funcs) if weights is None else [float(w) for w in weights]
-        if len(self.weights) != len(self.funcs):
-            raise ValueError(
-                f"MAGRPOTrainer got {len(self.weights)} reward_weights for {len(self.funcs)} reward functions."
-            )
-        self.names = [callable_name(f) for f in self.funcs]
-        self.num_agents = num_agents
-        for func, name in zip(self.funcs, self.names, strict=True):
-            if not callable(func):
-                raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
-            keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *columns]))
-            args = [[]] * num_agents
-            try:
-                inspect.signature(func).bind(*args, **keywords)
-            except TypeError as err:
-                unknown = _unknown_parameters(func, args, keywords, self.KEYWORDS, columns)
-                raise TypeError(
-                    f"Reward function {name!r} cannot be called with {num_agents} positional lists of completions "
-                    f"(one per agent) and the keywords {sorted(keywords)}: {err}.{unknown} Its signature is "
-                    f"{name}{inspect.signature(func)}."
-                ) from None
-
-    def __call__(self, completions: list[list[str]], turn: int, keywords: dict[str, Any]) -> tuple[list[float], list]:
-        """Joint reward per joint action (weighted sum over functions, of the processed values), and each function's
-        raw values."""
-        count = len(completions[0])
-        per_func = []
-        for func, name in zip(self.funcs, self.names, strict=True):
-            values = _run(func(*completions, **_pick_keywords(func, {**keywords, "turn": turn})))
-            per_func.append(check_rewards(name, values, count, turn))
-        processed = per_func if self.processor is None else [self._process(vals, turn) for vals in per_func]
-        total = []
-        for j in range(count):
-            scored = [w * vals[j] for w, vals in zip(self.weights, processed, strict=True) if vals[j] is not None]
-            total.append(sum(scored) if scored else 0.0)
-        return total, per_func
-
-    def _process(self, values: list[float | None], turn: int) -> list[float | None]:
-        out = [None if v is None else self.processor(v) for v in values]
-        return check_rewards(f"reward_processor({callable_name(self.processor)})", out, len(values), turn)
-
-
-def check_rewards(name: str, values: Any, count: int, turn: int) -> list[float | None]:
-    """The values as floats (None kept), or a clear error naming the function, the turn and what it returned."""
-    where = f"Reward function {name!r} (turn {turn})"
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "tolist"):
-        raise TypeError(f"{where} must return a list of {count} floats, one per joint action; got {values!r}.")
-    values = values.tolist() if hasattr(values, "tolist") else list(values)
-    if len(values) != count:
-        raise ValueError(
-            f"{where} returned {len(values)} values for {count} joint actions; it must return one per joint action. "
-            f"Got: {_short(values)}."
-        )
-    out = []
-    for j, v in enumerate(values):
-        if v is None:
-            out.append(None)
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{where} returned a non-number at index {j}: {v!r} (all values: {_short(values)}).")
-        if math.isnan(v) or math.isinf(v):
-            raise ValueError(f"{where} returned {v} at index {j}; rewards must be finite (all: {_short(values)}).")
-        out.append(float(v))
-    return out
 
 
 class Transition:

@@ -17,9 +17,15 @@ from __future__ import annotations
 import copy
 import inspect
 import os
-from typing import Any
+from collections.abc import Callable
+from dataclasses import InitVar, dataclass
+from types import SimpleNamespace
 
+from transformers import TrainerCallback, TrainingArguments
 from transformers.utils import logging
+
+from .credit import ADVANTAGE_BASELINES
+from .devices import has_accelerator
 
 
 logger = logging.get_logger(__name__)
@@ -28,117 +34,257 @@ LAUNCH = (
     "one process per device with `accelerate launch --config_file accelerate_configs/multi_gpu.yaml` (or zero2.yaml, "
     "zero3.yaml for DeepSpeed); every process holds the whole team, DeepSpeed ZeRO shards it"
 )
+# CoMLRL's advantage_mode -> advantage_baseline (`credit.ADVANTAGE_BASELINES`)
 ADVANTAGE_MODES = {"mean": "mean", "rloo": "rloo", "max": "max", "raw": "none"}
-
-# CoMLRL config fields that MAGRPOConfig refuses unless they hold CoMLRL's "nothing to do" value.
-REFUSED_CONFIG_FIELDS = {
-    "parallel_training": ("none", f"parallel_training places agents on devices in CoMLRL; here, use {LAUNCH}"),
-    "agent_devices": (None, f"agent_devices places agents on devices in CoMLRL; here, use {LAUNCH}"),
-    "reference_devices": (None, f"reference_devices places the KL references in CoMLRL; here, use {LAUNCH}"),
-    "rollout_buffer_size": (
-        None,
-        "CoMLRL updates from a buffer of tree nodes; here each optimizer step takes the whole trees of "
-        "per_device_train_batch_size * steps_per_generation / num_generations prompts per process: set "
-        "per_device_train_batch_size (rows, K per prompt) and gradient_accumulation_steps instead",
-    ),
-    "train_batch_size": (
-        None,
-        "CoMLRL's train_batch_size counts buffered tree nodes per update; here the update takes whole trees (see "
-        "per_device_train_batch_size), and update_chunk_size bounds the rows of one forward/backward",
-    ),
-}
+PARALLEL_TRAINING = ("none", "mp")
 
 
-def _default(name: str, kwargs: dict, config_class) -> Any:
-    return kwargs[name] if name in kwargs else config_class.__dataclass_fields__[name].default
+@dataclass
+class CoMLRLConfigNames:
+    """CoMLRL 1.4.3's `MAGRPOConfig` names that TRL's `GRPOConfig` lacks, as init-only arguments.
 
-
-def config_keywords(kwargs: dict, config_class) -> tuple[dict, dict]:
-    """Split `MAGRPOConfig(**kwargs)` into the keywords of the dataclass and the CoMLRL settings the trainer reads.
-
-    Returns ``(dataclass keywords, settings for the trainer)``: the settings hold `num_agents`, `eval_num_samples`,
-    `eval_interval` and `external_prompt_passthrough` when given. Refuses what has no equivalent.
+    They are listed by `inspect.signature(MAGRPOConfig.__init__)` (scripts that keep only the keys it lists keep them),
+    and in that of a `@dataclass` subclass, but they are no dataclass fields: TRL's command-line parser makes no flag
+    for them, and `TrainingArguments.train_batch_size` / `eval_batch_size` keep their own meaning. `MAGRPOConfig`
+    translates each into the TRL fields it means (`apply_config_names`); `CoMLRLView` reads them back.
     """
-    kwargs, settings = dict(kwargs), {}
-    for name, (inert, instead) in REFUSED_CONFIG_FIELDS.items():
-        if name in kwargs:
-            value = kwargs.pop(name)
-            if value != inert:
-                raise ValueError(
-                    f"MAGRPOConfig: {name}={value!r} is a CoMLRL field with no equivalent here: {instead}."
-                )
-    if "external_prompt_passthrough" in kwargs:
-        settings["external_prompt_passthrough"] = bool(kwargs.pop("external_prompt_passthrough"))
-    if "agent_learning_rate" in kwargs:
-        _take(kwargs, "agent_learning_rate", "learning_rate")
-    if "num_agents" in kwargs:
-        settings["num_agents"] = int(kwargs.pop("num_agents"))
-    if "advantage_mode" in kwargs:
-        mode = str(kwargs.pop("advantage_mode")).lower()
-        if mode not in ADVANTAGE_MODES:
-            raise ValueError(
-                f"MAGRPOConfig: advantage_mode={mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; here it is "
-                "advantage_baseline, one of 'mean', 'rloo', 'max', 'none'."
-            )
-        _put(kwargs, "advantage_baseline", ADVANTAGE_MODES[mode], "advantage_mode")
-    if "advantage_normalization" in kwargs:
-        normalise = bool(kwargs.pop("advantage_normalization"))
-        _put(kwargs, "scale_rewards", "group" if normalise else "none", "advantage_normalization")
+
+    agent_learning_rate: InitVar[float | None] = None
+    parallel_training: InitVar[str | None] = None
+    agent_devices: InitVar[str | list[str] | None] = None
+    external_prompt_passthrough: InitVar[bool | None] = None
+    eval_interval: InitVar[int | None] = None
+    eval_num_samples: InitVar[int | None] = None
+    eval_batch_size: InitVar[int | None] = None
+    rollout_buffer_size: InitVar[int | None] = None
+    train_batch_size: InitVar[int | None] = None
+    advantage_normalization: InitVar[bool | None] = None
+    advantage_mode: InitVar[str | None] = None
+    reference_kl_enabled: InitVar[bool | None] = None
+    reference_kl_coef: InitVar[float | None] = None
+    reference_devices: InitVar[str | list[str] | None] = None
+
+
+CONFIG_NAMES = tuple(CoMLRLConfigNames.__dataclass_fields__)
+
+
+class CoMLRLView:
+    """Reading a CoMLRL name off a `MAGRPOConfig` gives its value in CoMLRL's terms, derived from the TRL fields it
+    set, so that it cannot disagree with them. `train_batch_size` and `eval_batch_size` stay `TrainingArguments'`
+    (rows per step, times devices); their CoMLRL values are `config.comlrl.train_batch_size` and `.eval_batch_size`.
+    """
+
+    train_batch_size = TrainingArguments.train_batch_size
+    eval_batch_size = TrainingArguments.eval_batch_size
+
+    @property
+    def agent_learning_rate(self) -> float:
+        return self.learning_rate
+
+    @property
+    def advantage_mode(self) -> str:
+        return {baseline: mode for mode, baseline in ADVANTAGE_MODES.items()}[self.advantage_baseline]
+
+    @property
+    def advantage_normalization(self) -> bool:
+        return self.scale_rewards != "none"
+
+    @property
+    def reference_kl_enabled(self) -> bool:
+        return self.beta > 0
+
+    @property
+    def reference_kl_coef(self) -> float:
+        return self.beta if self.beta > 0 else self._comlrl_given.get("reference_kl_coef", 0.1)
+
+    @property
+    def parallel_training(self) -> str:
+        return _parallel_mode(self._comlrl_given.get("parallel_training"))
+
+    @property
+    def agent_devices(self):
+        return self._comlrl_given.get("agent_devices")
+
+    @property
+    def reference_devices(self):
+        return self._comlrl_given.get("reference_devices")
+
+    @property
+    def external_prompt_passthrough(self) -> bool:
+        return bool(self._comlrl_given.get("external_prompt_passthrough", False))
+
+    @property
+    def eval_interval(self) -> int | None:
+        """CoMLRL's evaluation period in one-prompt steps, when given (it set `eval_strategy` and `eval_steps`)."""
+        return self._comlrl_given.get("eval_interval")
+
+    @property
+    def eval_num_samples(self) -> int | None:
+        """Rows of `eval_dataset` an evaluation takes, when given (CoMLRL's name; `None` takes every row)."""
+        return self._comlrl_given.get("eval_num_samples")
+
+    @property
+    def rollout_buffer_size(self) -> int | None:
+        return self._comlrl_given.get("rollout_buffer_size")
+
+    @property
+    def comlrl(self) -> SimpleNamespace:
+        """Every CoMLRL 1.4.3 config name, in CoMLRL's terms, `train_batch_size` and `eval_batch_size` included."""
+        names = {
+            name: getattr(self, name) for name in CONFIG_NAMES if name not in ("train_batch_size", "eval_batch_size")
+        }
+        buffer = self.rollout_buffer_size
+        names["train_batch_size"] = self._comlrl_given.get("train_batch_size", buffer)
+        names["eval_batch_size"] = max(self.per_device_eval_batch_size // self.num_generations, 1)
+        return SimpleNamespace(num_agents=self.num_agents, **names)
+
+
+def _parallel_mode(value) -> str:
+    """CoMLRL's normalisation: None, "" and "null" are "none"; case and spaces do not matter."""
+    mode = str(value or "none").strip().lower()
+    return "none" if mode == "null" else mode
+
+
+def check_config_names(given: dict) -> None:
+    """CoMLRL's own refusals of its names (its `MAGRPOConfig.__post_init__`), before anything is translated."""
+    for name in ("rollout_buffer_size", "train_batch_size", "eval_batch_size"):
+        if name in given and given[name] < 1:
+            raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 1, got {given[name]}.")
+    for name in ("eval_interval", "eval_num_samples", "reference_kl_coef"):
+        if name in given and not given[name] >= 0:
+            raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 0, got {given[name]}.")
+    if "advantage_mode" in given and str(given["advantage_mode"]).lower() not in ADVANTAGE_MODES:
+        raise ValueError(
+            f"MAGRPOConfig: advantage_mode={given['advantage_mode']!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
+            f"here it is advantage_baseline, one of {list(ADVANTAGE_BASELINES)}."
+        )
+    mode = _parallel_mode(given.get("parallel_training"))
+    if mode not in PARALLEL_TRAINING:
+        raise ValueError(
+            f"MAGRPOConfig: parallel_training={given['parallel_training']!r} (CoMLRL) must be one of "
+            f"{list(PARALLEL_TRAINING)} (or None/'null' for 'none')."
+        )
+    if mode == "mp" and given.get("agent_devices") is None:
+        raise ValueError("MAGRPOConfig: parallel_training='mp' (CoMLRL) needs agent_devices, as in CoMLRL.")
+    for name in ("agent_devices", "reference_devices"):
+        if given.get(name) is not None:
+            _check_one_device(name, given[name])
+
+
+def process_device() -> str:
+    """The device this process trains on: 'cpu' without an accelerator, else 'cuda:<LOCAL_RANK>'."""
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if has_accelerator() else "cpu"
+
+
+def _check_one_device(name: str, spec) -> None:
+    """CoMLRL places agents on devices; here each process holds the whole team on its one device. A spec that names
+    that device (or 'auto') is accepted, said once; any other is refused with how to use several devices."""
+    entries = [spec] if isinstance(spec, str) else list(spec)
+    here = process_device()
+    kind = here.split(":")[0]
+    if not entries:
+        raise ValueError(f"MAGRPOConfig: {name}={spec!r} (CoMLRL) must be a device, a non-empty list or 'auto'.")
+    if all(str(e).strip().lower() in ("auto", kind, here) for e in entries):
+        logger.info_once(
+            f"MAGRPOConfig: {name}={spec!r} (CoMLRL) names this process's device ({here}); every agent trains there, "
+            "as each process holds the whole team."
+        )
+        return
+    raise ValueError(
+        f"MAGRPOConfig: {name}={spec!r} (CoMLRL) places agents on devices other than this process's ({here}); here, "
+        f"use {LAUNCH}."
+    )
+
+
+def nodes_per_tree(num_generations: int, num_turns: int, joint_mode: str, num_agents: int) -> int:
+    """Nodes of one agent in a prompt's full tree: 1 + J + J**2 + ... over the turns, J joint answers per node."""
+    joint = num_generations if joint_mode == "aligned" else num_generations**num_agents
+    return sum(joint**t for t in range(num_turns))
+
+
+def apply_config_names(config, given: dict) -> None:
+    """Set the TRL fields that CoMLRL's names mean, on a config whose dataclass fields are set and whose
+    `GRPOConfig.__post_init__` has not run yet. A name and its TRL field must agree when both are given."""
+    check_config_names(given)
+    if "agent_learning_rate" in given:
+        _put(config, "learning_rate", float(given["agent_learning_rate"]), "agent_learning_rate")
+    if "advantage_mode" in given:
+        _put(config, "advantage_baseline", ADVANTAGE_MODES[str(given["advantage_mode"]).lower()], "advantage_mode")
+    if "advantage_normalization" in given:
+        normalise = bool(given["advantage_normalization"])
+        _put(config, "scale_rewards", "group" if normalise else "none", "advantage_normalization")
         if normalise:
             logger.info_once(
                 "MAGRPOConfig: advantage_normalization=True (CoMLRL) -> scale_rewards='group': each group's "
                 "advantages are divided by the group's std (TRL's GRPO), after the baseline."
             )
-    enabled, coef = kwargs.pop("reference_kl_enabled", None), kwargs.pop("reference_kl_coef", None)
-    if enabled:
-        _put(kwargs, "beta", 0.1 if coef is None else float(coef), "reference_kl_enabled")
+    if given.get("reference_kl_enabled"):
+        _put(config, "beta", float(given.get("reference_kl_coef", 0.1)), "reference_kl_enabled")
         logger.info_once(
-            f"MAGRPOConfig: reference_kl_enabled=True (CoMLRL) -> beta={kwargs['beta']}: TRL's KL term in the loss, "
+            f"MAGRPOConfig: reference_kl_enabled=True (CoMLRL) -> beta={config.beta}: TRL's KL term in the loss, "
             "against each agent's frozen copy (CoMLRL subtracts it from the returns instead)."
         )
-    elif enabled is not None or coef is not None:
-        _put(kwargs, "beta", 0.0, "reference_kl_enabled")
-    k = _default("num_generations", kwargs, config_class)
-    if "eval_batch_size" in kwargs:
-        prompts = int(kwargs.pop("eval_batch_size"))
-        _put(kwargs, "per_device_eval_batch_size", prompts * k, "eval_batch_size")
+    elif "reference_kl_enabled" in given:
+        _put(config, "beta", 0.0, "reference_kl_enabled")
+    k = config.num_generations
+    if "eval_batch_size" in given:
+        prompts = int(given["eval_batch_size"])
+        _put(config, "per_device_eval_batch_size", prompts * k, "eval_batch_size")
         logger.info_once(
             f"MAGRPOConfig: eval_batch_size={prompts} (CoMLRL, prompts) -> per_device_eval_batch_size={prompts * k} "
             "(rows: prompts x num_generations, as in TRL)."
         )
-    if "eval_num_samples" in kwargs:
-        settings["eval_num_samples"] = int(kwargs.pop("eval_num_samples"))
-    if "eval_interval" in kwargs:
-        settings["eval_interval"] = int(kwargs.pop("eval_interval"))
-        _eval_interval(kwargs, settings["eval_interval"], k, config_class)
-    return kwargs, settings
+    if "rollout_buffer_size" in given or "train_batch_size" in given:
+        _rollout_buffer(config, given)
+    if "eval_interval" in given:
+        _eval_interval(config, int(given["eval_interval"]))
 
 
-def _take(kwargs: dict, comlrl_name: str, name: str) -> None:
-    _put(kwargs, name, kwargs.pop(comlrl_name), comlrl_name)
+def _rollout_buffer(config, given: dict) -> None:
+    """CoMLRL updates once its buffer holds `rollout_buffer_size` tree nodes of an agent, one optimizer step per
+    `train_batch_size` of them. Here a prompt's tree is never split: a generation takes the trees of
+    `rollout_buffer_size // nodes per tree` prompts (at least one), an optimizer step those of
+    `train_batch_size // nodes per tree`. With `num_turns=1` a tree is one node, and the counts are CoMLRL's."""
+    k = config.num_generations
+    nodes = nodes_per_tree(k, config.num_turns, config.joint_mode, config.num_agents or 2)
+    buffer = int(given.get("rollout_buffer_size", 2))  # CoMLRL's default
+    per_generation = max(buffer // nodes, 1)
+    per_step = min(max(int(given.get("train_batch_size", buffer)) // nodes, 1), per_generation)
+    per_generation -= per_generation % per_step
+    _put(config, "per_device_train_batch_size", per_step * k, "rollout_buffer_size")
+    _put(config, "gradient_accumulation_steps", 1, "rollout_buffer_size")
+    _put(config, "steps_per_generation", per_generation // per_step, "rollout_buffer_size")
+    logger.info_once(
+        f"MAGRPOConfig: rollout_buffer_size={buffer}, train_batch_size={given.get('train_batch_size', buffer)} "
+        f"(CoMLRL, tree nodes; a prompt's tree has {nodes}) -> each generation takes {per_generation} prompt(s) per "
+        f"process and an optimizer step {per_step}: per_device_train_batch_size={per_step * k}, "
+        f"steps_per_generation={per_generation // per_step}."
+    )
 
 
-def _put(kwargs: dict, name: str, value, comlrl_name: str) -> None:
-    if name in kwargs and kwargs[name] != value:
+def _put(config, name: str, value, comlrl_name: str) -> None:
+    default = type(config).__dataclass_fields__[name].default
+    current = getattr(config, name)
+    if current != default and current != value:
         raise ValueError(
-            f"MAGRPOConfig: {comlrl_name} (CoMLRL) sets {name}={value!r}, but {name}={kwargs[name]!r} is also given. "
+            f"MAGRPOConfig: {comlrl_name} (CoMLRL) sets {name}={value!r}, but {name}={current!r} is also given. "
             "Pass one of them."
         )
-    kwargs[name] = value
+    setattr(config, name, value)
 
 
-def _eval_interval(kwargs: dict, interval: int, k: int, config_class) -> None:
+def _eval_interval(config, interval: int) -> None:
     """CoMLRL evaluates every `interval` one-prompt steps, from the first; a step here takes several prompts."""
     if interval <= 0:
-        _put(kwargs, "eval_strategy", "no", "eval_interval")
+        _put(config, "eval_strategy", "no", "eval_interval")
         return
-    rows = _default("per_device_train_batch_size", kwargs, config_class)
-    rows *= _default("gradient_accumulation_steps", kwargs, config_class)
-    prompts = max(rows * int(os.environ.get("WORLD_SIZE", "1")) // k, 1)
+    rows = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    prompts = max(rows * int(os.environ.get("WORLD_SIZE", "1")) // config.num_generations, 1)
     steps = max(round(interval / prompts), 1)
-    _put(kwargs, "eval_strategy", "steps", "eval_interval")
-    _put(kwargs, "eval_steps", steps, "eval_interval")
-    kwargs.setdefault("eval_on_start", True)  # CoMLRL evaluates before its first step too
+    _put(config, "eval_strategy", "steps", "eval_interval")
+    _put(config, "eval_steps", steps, "eval_interval")
+    if not config.eval_on_start:
+        config.eval_on_start = True  # CoMLRL evaluates before its first step too
     logger.info_once(
         f"MAGRPOConfig: eval_interval={interval} (CoMLRL, one-prompt steps) -> eval_strategy='steps', "
         f"eval_steps={steps} (a step here takes {prompts} prompts), eval_on_start=True."
@@ -149,7 +295,7 @@ def formats_later_turns(formatters, args) -> bool:
     """CoMLRL formats every later turn's prompt too, with `formatter(row, external_prompts=prompt)`, unless
     `external_prompt_passthrough=True`. Here that applies when every formatter takes `external_prompts` (CoMLRL's
     multi-turn formatters do; they would fail in CoMLRL otherwise); other formatters shape the first turn only."""
-    if formatters is None or args.comlrl_settings.get("external_prompt_passthrough", False):
+    if formatters is None or args.external_prompt_passthrough:
         return False
     return all("external_prompts" in inspect.signature(f).parameters for f in formatters)
 
@@ -159,16 +305,14 @@ def format_later_turn(formatters, row: dict, prompts: list) -> list:
     return [f({**row, "prompt": p}, external_prompts=p) for f, p in zip(formatters, prompts, strict=True)]
 
 
-# CoMLRL MAGRPOTrainer arguments with no equivalent here.
-REFUSED_TRAINER_ARGUMENTS = {
-    "eval_logger": (
-        "evaluation logs eval_turn_{t}/reward_mean, eval_turn_{t}/expected_return and TRL's eval_ metrics; for "
-        "metrics of your own, compute them in the reward function (its per-function means are logged as "
-        "turn_{t}/rewards/{name}/mean) or in a TrainerCallback's on_evaluate"
-    ),
-    "eval_aggregator": "see eval_logger: evaluation metrics are aggregated like training ones, per turn",
-}
-MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs")
+MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs", "special_tokens")
+# wandb_config keys CoMLRL 1.4.3 reads, and the environment variable each becomes (transformers' WandbCallback and
+# wandb read them); `name`/`run_name`, `tags` and `config_sections` are handled apart.
+WANDB_ENVIRONMENT = {
+    "project": "WANDB_PROJECT", "entity": "WANDB_ENTITY", "dir": "WANDB_DIR", "mode": "WANDB_MODE",
+    "id": "WANDB_RUN_ID", "resume": "WANDB_RESUME",
+}  # fmt: skip
+WANDB_KEYS = (*WANDB_ENVIRONMENT, "name", "run_name", "tags", "config_sections")
 
 
 def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatters, eval_dataset) -> dict:
@@ -176,24 +320,23 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
 
     `agent_model` is `model`, copied `num_agents` times (the trainer's, else `MAGRPOConfig(num_agents=)`, else 2 as
     in CoMLRL); one callable as `formatters` serves every agent; `model_config`'s dtype and attention become
-    `args.model_init_kwargs`; `wandb_config` becomes `report_to="wandb"`, `run_name` and `WANDB_*`; the config's
-    `eval_num_samples` keeps that many rows of `eval_dataset`, and its `eval_interval` evaluates only when there is
-    an `eval_dataset` (as in CoMLRL).
+    `args.model_init_kwargs`, its `special_tokens` are added to the tokenizers (`special_tokens`); `wandb_config`
+    becomes `report_to="wandb"`, `run_name`, `WANDB_*` and the run's config; `eval_logger` and `eval_aggregator`
+    are called on each evaluation batch (`Evaluation`); the config's `eval_num_samples` keeps that many rows of
+    `eval_dataset`, and its `eval_interval` evaluates only when there is an `eval_dataset` (as in CoMLRL).
 
     Returns:
         The trainer's ``args`` (a copy of the given config when these keywords change it), ``model``,
-        ``num_agents``, ``formatters``, ``reward_processor`` and ``eval_dataset``.
+        ``num_agents``, ``formatters``, ``reward_processor``, ``eval_dataset``, ``special_tokens``, ``evaluation``
+        (an `Evaluation` or None) and ``callbacks``.
     """
     kwargs = dict(kwargs)
-    for name, instead in REFUSED_TRAINER_ARGUMENTS.items():
-        if kwargs.pop(name, None) is not None:
-            raise ValueError(f"MAGRPOTrainer: {name} is a CoMLRL argument with no equivalent here: {instead}.")
     agent_model = kwargs.pop("agent_model", None)
     if agent_model is not None:
         if model is not None:
             raise ValueError("MAGRPOTrainer: pass `model` or `agent_model` (CoMLRL's name), not both.")
         model = agent_model
-    configured = args.comlrl_settings.get("num_agents")
+    configured = args.num_agents
     if num_agents is not None and configured is not None and num_agents != configured:
         raise ValueError(f"MAGRPOTrainer: num_agents={num_agents}, but MAGRPOConfig(num_agents={configured}).")
     if agents is not None and configured is not None and len(agents) != configured:
@@ -210,58 +353,141 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
         raise TypeError(
             f"MAGRPOTrainer: reward_processor must be a callable float -> float, got {reward_processor!r}."
         )
+    evaluation = Evaluation.from_arguments(kwargs.pop("eval_logger", None), kwargs.pop("eval_aggregator", None))
     model_config = kwargs.pop("model_config", None)
     wandb_config = kwargs.pop("wandb_config", None)
     if kwargs:
         raise TypeError(f"MAGRPOTrainer got unexpected keyword arguments {sorted(kwargs)}.")
-    no_evaluation = "eval_interval" in args.comlrl_settings and eval_dataset is None
+    no_evaluation = args.eval_interval is not None and eval_dataset is None
     if model_config or wandb_config or no_evaluation:
         args = copy.copy(args)  # the caller's config stays as it was: it may build another trainer
-    if model_config:
-        _model_config(model_config, args)
-    if wandb_config:
-        _wandb_config(wandb_config, args)
-    samples = args.comlrl_settings.get("eval_num_samples")
+    special_tokens = _model_config(model_config, args) if model_config else None
+    callbacks = _wandb_config(wandb_config, args) if wandb_config else []
+    samples = args.eval_num_samples
     if samples is not None and eval_dataset is not None and samples < len(eval_dataset):
-        eval_dataset = eval_dataset.select(range(samples))
+        eval_dataset = eval_dataset.select(range(max(samples, 1)))  # CoMLRL evaluates one item even at 0
     if no_evaluation:
         args.eval_strategy, args.eval_on_start = "no", False
     return {"args": args, "model": model, "num_agents": num_agents, "formatters": formatters,
-            "reward_processor": reward_processor, "eval_dataset": eval_dataset}  # fmt: skip
+            "reward_processor": reward_processor, "eval_dataset": eval_dataset, "special_tokens": special_tokens,
+            "evaluation": evaluation, "callbacks": callbacks}  # fmt: skip
 
 
-def _model_config(model_config: dict, args) -> None:
+def _model_config(model_config: dict, args) -> dict | None:
+    """`model_config`'s loading keywords into `args.model_init_kwargs`; returns its `special_tokens`."""
     unknown = sorted(set(model_config) - set(MODEL_CONFIG_KEYS))
     if unknown:
         raise ValueError(
             f"MAGRPOTrainer: model_config keys {unknown} (CoMLRL) have no equivalent here; it takes "
-            f"{list(MODEL_CONFIG_KEYS)} (as MAGRPOConfig.model_init_kwargs). Add special tokens to your tokenizer, and "
-            "resize the model's embeddings, before building the trainer."
+            f"{list(MODEL_CONFIG_KEYS)}."
         )
     kwargs = dict(model_config.get("model_kwargs") or {})
     for key in ("torch_dtype", "dtype", "attn_implementation"):
         if model_config.get(key) is not None:
             kwargs["dtype" if key == "torch_dtype" else key] = model_config[key]
     args.model_init_kwargs = {**(args.model_init_kwargs or {}), **kwargs}
+    return model_config.get("special_tokens") or None
 
 
-WANDB_ENVIRONMENT = {"project": "WANDB_PROJECT", "entity": "WANDB_ENTITY", "dir": "WANDB_DIR", "mode": "WANDB_MODE"}
+def add_special_tokens(tokenizers: list, special_tokens: dict | None) -> None:
+    """CoMLRL's `model_config["special_tokens"]`: `tokenizer.add_special_tokens(...)` on every agent's tokenizer
+    (`assembly.build_team` then resizes each agent's embeddings to its tokenizer)."""
+    if not special_tokens:
+        return
+    for tokenizer in {id(t): t for t in tokenizers}.values():
+        tokenizer.add_special_tokens(special_tokens)
 
 
-def _wandb_config(wandb_config: dict, args) -> None:
-    """CoMLRL's `wandb_config` as TRL's: `report_to="wandb"`, `run_name`, and the `WANDB_*` variables wandb reads."""
-    unknown = sorted(set(wandb_config) - {"name", "tags", *WANDB_ENVIRONMENT})
+def _wandb_config(wandb_config: dict, args) -> list:
+    """CoMLRL's `wandb_config` as TRL's: `report_to="wandb"`, `run_name`, the `WANDB_*` variables wandb reads, and
+    `config_sections` merged into the run's config (returns the callback that does it)."""
+    unknown = sorted(set(wandb_config) - set(WANDB_KEYS))
     if unknown:
         raise ValueError(
-            f"MAGRPOTrainer: wandb_config keys {unknown} have no equivalent here; it takes name, tags and "
-            f"{sorted(WANDB_ENVIRONMENT)} (set other wandb settings with WANDB_* environment variables)."
+            f"MAGRPOTrainer: wandb_config keys {unknown} have no equivalent here; it takes {list(WANDB_KEYS)} (set "
+            "other wandb settings with WANDB_* environment variables)."
         )
     if "wandb" not in (args.report_to or []):
         args.report_to = [*(t for t in (args.report_to or []) if t != "none"), "wandb"]
-    if wandb_config.get("name"):
-        args.run_name = wandb_config["name"]
+    name = wandb_config.get("name") or wandb_config.get("run_name")
+    if name:
+        args.run_name = name
     for key, variable in WANDB_ENVIRONMENT.items():
         if wandb_config.get(key):
             os.environ[variable] = str(wandb_config[key])
     if wandb_config.get("tags"):
         os.environ["WANDB_TAGS"] = ",".join(wandb_config["tags"])
+    sections = wandb_config.get("config_sections")
+    if not isinstance(sections, dict) or not sections:
+        return []
+    output = sections.get("output")
+    if isinstance(output, dict) and output.get("verbose") is False:
+        args.disable_tqdm = True  # CoMLRL's `config_sections.output.verbose=False` turns its progress bars off
+    return [WandbConfigSections(sections)]
+
+
+class WandbConfigSections(TrainerCallback):
+    """Adds CoMLRL's `wandb_config["config_sections"]` to the wandb run's config once the run exists, as CoMLRL's
+    `wandb.init(config=...)` does (`dataset.name`/`dataset.type` also as `dataset_name`/`dataset_type`)."""
+
+    def __init__(self, sections: dict):
+        self.sections = dict(sections)
+        dataset = sections.get("dataset")
+        if isinstance(dataset, dict):
+            self.sections.update({f"dataset_{k}": dataset[k] for k in ("name", "type") if k in dataset})
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import wandb
+
+        if state.is_world_process_zero and wandb.run is not None:
+            wandb.run.config.update(self.sections, allow_val_change=True)
+
+
+class Evaluation:
+    """CoMLRL's `eval_logger` and `eval_aggregator`, called as CoMLRL calls them on each evaluation batch:
+    ``eval_logger(agent_completions_turns=[agent][item][turn], batch_items=rows, prompts=[row prompt])``, then
+    ``eval_aggregator(its result, num_turns=T)``, whose dict is logged as `eval_{key}` (CoMLRL: `eval/{key}`).
+
+    An item's path is CoMLRL's: one answer per agent per turn, here the first joint answer of each node and the
+    branch it leads to.
+    """
+
+    def __init__(self, eval_logger: Callable, eval_aggregator: Callable):
+        self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
+
+    @classmethod
+    def from_arguments(cls, eval_logger, eval_aggregator) -> Evaluation | None:
+        for name, func in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
+            if func is not None and not callable(func):
+                raise TypeError(f"MAGRPOTrainer: {name} must be callable, got {func!r}.")
+        if (eval_logger is None) != (eval_aggregator is None):
+            given = "eval_logger" if eval_logger is not None else "eval_aggregator"
+            raise ValueError(
+                f"MAGRPOTrainer: {given} is given alone; CoMLRL calls eval_logger and eval_aggregator together (the "
+                "aggregator turns the logger's per-item metrics into the logged values). Pass both."
+            )
+        return None if eval_logger is None else cls(eval_logger, eval_aggregator)
+
+    def __call__(self, tree, rows: list[dict], num_turns: int) -> dict[str, float]:
+        completions = [first_paths(tree, len(rows), agent) for agent in range(len(tree.nodes[0].completions))]
+        detailed = self.eval_logger(
+            agent_completions_turns=completions, batch_items=rows, prompts=[row.get("prompt", "") for row in rows]
+        )
+        aggregated = self.eval_aggregator(detailed, num_turns=num_turns)
+        if not isinstance(aggregated, dict):
+            raise TypeError(f"MAGRPOTrainer: eval_aggregator must return a dict of metrics, got {aggregated!r}.")
+        return {str(key): float(value) for key, value in aggregated.items()}
+
+
+def first_paths(tree, num_rows: int, agent: int) -> list[list[str]]:
+    """Per dataset row, `agent`'s answer at each turn along the first joint answer of every node."""
+    paths = []
+    for row in range(num_rows):
+        node = next(n for n in tree.nodes if n.row == row and n.parent is None)
+        path = []
+        while node is not None:
+            action = tree.joint_actions[node.joint_actions[0]]
+            path.append(node.completions[agent][action.choice[agent]])
+            node = tree.nodes[action.child] if action.child is not None else None
+        paths.append(path)
+    return paths

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from dataclasses import dataclass, field
 
-import torch
 from transformers.utils import logging
 from trl import GRPOConfig
 
 from . import comlrl
 from .chunking import check_loss_type
 from .credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS
+from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
+from .rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
 
 
 logger = logging.get_logger(__name__)
@@ -25,7 +25,6 @@ UNSUPPORTED_FIELDS = {
         "sum_then_normalize",
         "the joint reward is the weighted sum of the reward functions, normalised per group afterwards",
     ),
-    "log_completions": (False, "completions are not logged as a table yet; read them in your reward function"),
     "entropy_coef": (
         0.0,
         "the update runs in chunks (`update_chunk_size`) and TRL's entropy bonus, a mean over the tokens of one call, "
@@ -36,18 +35,13 @@ UNSUPPORTED_FIELDS = {
         False,
         "each agent already generates one batch per turn; `use_vllm=True` gives a faster engine",
     ),
+    "cast_lm_head_to_fp32": (False, "the fused log-prob head runs in each agent's own dtype"),
+    "sync_ref_model": (False, "each agent's reference is a frozen copy (or its base, for adapters), never synced"),
 }
 
 
-def _has_accelerator() -> bool:
-    if torch.cuda.is_available():
-        return True
-    xpu = getattr(torch, "xpu", None)
-    return bool(xpu is not None and xpu.is_available())
-
-
 @dataclass
-class MAGRPOConfig(GRPOConfig):
+class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
     r"""
     Configuration for [`MAGRPOTrainer`]: everything [`~trl.GRPOConfig`] has, plus the fields below.
 
@@ -107,10 +101,19 @@ class MAGRPOConfig(GRPOConfig):
             Most rows (prompts times K) of one agent in one `generate` call. A turn with more live nodes runs in
             several calls, a node's K rows always in the same call, in the same order on every process. `None`
             (default): one call per agent per turn. vLLM schedules its own batches and ignores it.
+        num_agents (`int` or `None`, *optional*):
+            Team size, for `MAGRPOTrainer(model=...)` (one model copied per agent); `agents=[...]` must have this many.
+        agent_reward_aggregation (`str`, *optional*, defaults to `"mean"`):
+            How a reward in TRL's convention (`f(completions, **kwargs)`, a reward model), which scores one agent's
+            completions, becomes a joint reward: `"mean"`, `"sum"`, `"min"` or `"max"` over the agents, or an agent's
+            index (`"0"`) to score that agent alone.
         vllm_server_base_urls (`list[str]` or `None`, *optional*):
             With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
             with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
             `vllm_group_port + i`).
+
+    CoMLRL 1.4.3's own names (`agent_learning_rate`, `rollout_buffer_size`, `eval_interval`, ...) are accepted too, and
+    set the TRL fields they mean (see `comlrl`); they are in the signature, not on the command line.
 
     `use_vllm=True` generates with vLLM: `vllm_mode="colocate"` runs one engine per agent in each training process
     (one engine with every adapter for a shared-base LoRA team), `"server"` one server per agent. The engines run in
@@ -225,6 +228,17 @@ class MAGRPOConfig(GRPOConfig):
             "one call per agent per turn. Ignored by vLLM."
         },
     )
+    num_agents: int | None = field(
+        default=None,
+        metadata={"help": "Team size for a model copied per agent (`MAGRPOTrainer(model=...)`). None: as given."},
+    )
+    agent_reward_aggregation: str = field(
+        default="mean",
+        metadata={
+            "help": "How a per-agent reward (TRL's convention: f(completions, **kwargs), or a reward model) becomes "
+            f"the joint reward: one of {list(AGENT_REWARD_AGGREGATIONS)} over the agents, or an agent's index."
+        },
+    )
     vllm_server_base_urls: list[str] | None = field(
         default=None,
         metadata={
@@ -233,8 +247,11 @@ class MAGRPOConfig(GRPOConfig):
         },
     )
 
-    def __post_init__(self):
-        if not _has_accelerator():
+    def __post_init__(self, *comlrl_values):
+        # CoMLRL's names (`comlrl.CoMLRLConfigNames`) as given; `comlrl.CoMLRLView` reads them back
+        given = zip(comlrl.CONFIG_NAMES, comlrl_values[: len(comlrl.CONFIG_NAMES)], strict=True)
+        self._comlrl_given = {name: value for name, value in given if value is not None}
+        if not has_accelerator():
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
             if self.bf16 is None:
                 self.bf16 = False
@@ -262,8 +279,8 @@ class MAGRPOConfig(GRPOConfig):
             name = (
                 "activation_checkpointing" if hasattr(self, "activation_checkpointing") else "gradient_checkpointing"
             )
-            setattr(self, name, _has_accelerator())
-            if not _has_accelerator():
+            setattr(self, name, has_accelerator())
+            if not has_accelerator():
                 logger.info_once(
                     f"MAGRPOConfig: no GPU, so {name}=False (TRL's default, True, costs 40-60% of the update's time on "
                     "a CPU; the update runs in chunks of update_chunk_size rows either way)."
@@ -271,24 +288,38 @@ class MAGRPOConfig(GRPOConfig):
         if self.max_new_tokens is not None:
             self.max_completion_length = self.max_new_tokens
         # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change.
-        if self.num_generations is None or self.num_generations < 2:
-            raise ValueError(
-                f"MAGRPOConfig: num_generations must be >= 2, got {self.num_generations}: each agent's "
-                "num_generations completions at a node form the group its advantages compare."
-            )
+        self._check_num_generations()
+        comlrl.apply_config_names(self, self._comlrl_given)  # before GRPOConfig, which reads the fields they set
         self._check_whole_prompts()
         super().__post_init__()
-        self._check_whole_prompts(num_processes=self.world_size)
         self.max_new_tokens = self.max_completion_length
+        self.check()
 
+    def check(self) -> None:
+        """Refuse what `MAGRPOTrainer` cannot do, naming the field. Runs when the config is built and again when the
+        trainer is, so that a field set after construction is checked too."""
+        self._check_num_generations()
+        self._check_whole_prompts(num_processes=self.world_size)
         if self.num_turns < 1:
             raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")
+        if self.num_agents is not None and self.num_agents < 1:
+            raise ValueError(f"MAGRPOConfig: num_agents must be >= 1 or None, got {self.num_agents}.")
+        if self.num_train_epochs <= 0 and self.max_steps <= 0:
+            raise ValueError(
+                f"MAGRPOConfig: num_train_epochs must be > 0 (or max_steps > 0), got {self.num_train_epochs}: no step "
+                "would run."
+            )
+        if self.per_device_eval_batch_size < 1:
+            raise ValueError(
+                f"MAGRPOConfig: per_device_eval_batch_size must be >= 1, got {self.per_device_eval_batch_size}."
+            )
         if self.advantage_baseline not in ADVANTAGE_BASELINES:
             raise ValueError(
                 f"MAGRPOConfig: advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {self.advantage_baseline!r}."
             )
         if self.joint_mode not in JOINT_MODES:
             raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
+        check_agent_reward_aggregation(self.agent_reward_aggregation, self.num_agents)
         for name, (default, instead) in UNSUPPORTED_FIELDS.items():
             if getattr(self, name) != default:
                 raise ValueError(
@@ -302,8 +333,9 @@ class MAGRPOConfig(GRPOConfig):
         check_loss_type(self.loss_type)
         if str(getattr(self.optim, "value", self.optim)) in ("lomo", "adalomo"):
             raise ValueError(
-                f"MAGRPOConfig: optim={self.optim.value!r} is not supported: LOMO fuses the optimizer step into each "
-                "backward, and the update runs one backward per chunk (update_chunk_size). Use another optimizer."
+                f"MAGRPOConfig: optim={getattr(self.optim, 'value', self.optim)!r} is not supported: LOMO fuses the "
+                "optimizer step into each backward, and the update runs one backward per chunk (update_chunk_size). "
+                "Use another optimizer."
             )
         for name in ("update_chunk_size", "generate_chunk_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
@@ -328,6 +360,13 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"MAGRPOConfig: scale_rewards must be one of {SCALE_REWARDS} (or True for 'group', False for 'none'), "
                 f"got {self.scale_rewards!r}."
+            )
+
+    def _check_num_generations(self) -> None:
+        if self.num_generations is None or self.num_generations < 2:
+            raise ValueError(
+                f"MAGRPOConfig: num_generations must be >= 2, got {self.num_generations}: each agent's "
+                "num_generations completions at a node form the group its advantages compare."
             )
 
     def _check_whole_prompts(self, num_processes: int | None = None) -> None:
@@ -359,12 +398,6 @@ class MAGRPOConfig(GRPOConfig):
                     f"generation_batch_size={-(-batch // step) * step}."
                 )
 
-    @property
-    def comlrl_settings(self) -> dict:
-        """CoMLRL config fields that the trainer reads (`num_agents`, `eval_num_samples`, `eval_interval`); see
-        `comlrl`."""
-        return getattr(self, "_comlrl_settings", {})
-
     def _configure_deepspeed_on_cpu(self):
         """DeepSpeed with several CPU processes: create the process group with gloo before the Trainer does.
 
@@ -386,17 +419,3 @@ class MAGRPOConfig(GRPOConfig):
             self.accelerator_config["use_configured_state"] = True
         else:
             self.accelerator_config.use_configured_state = True
-
-
-_dataclass_init = MAGRPOConfig.__init__
-
-
-@functools.wraps(_dataclass_init)
-def _init_with_comlrl_names(self, *args, **kwargs):
-    # CoMLRL 1.4.3's field names, translated or refused before the dataclass sees them (`comlrl.config_keywords`):
-    # they are not dataclass fields, so they stay out of TrlParser's flags and clear of TrainingArguments' properties.
-    kwargs, self._comlrl_settings = comlrl.config_keywords(kwargs, MAGRPOConfig)
-    _dataclass_init(self, *args, **kwargs)
-
-
-MAGRPOConfig.__init__ = _init_with_comlrl_names

@@ -21,6 +21,8 @@ class RolloutStats:
     zero_std_groups: list[bool]  # per (node, agent) group: all K returns equal
     completion_lengths: list[list[int]]  # per agent, tokens per completion
     reward_values: dict[int, list[list[float]]] = field(default_factory=dict)  # turn -> per function, scored values
+    # (function, agent) -> a per-agent reward's values for that agent (TRL's convention, see `rewards`)
+    agent_reward_values: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
 
 def rollout_stats(
@@ -29,6 +31,7 @@ def rollout_stats(
     credited: torch.Tensor,
     completion_lengths: list[list[int]],
     reward_values: dict[int, list[list[float]]],
+    agent_reward_values: dict[tuple[int, int], list[float]] | None = None,
 ) -> RolloutStats:
     actions = [(tree.nodes[a.node].turn, a.reward, returns[j]) for j, a in enumerate(tree.joint_actions)]
     return RolloutStats(
@@ -37,6 +40,7 @@ def rollout_stats(
         zero_std_groups=(credited.flatten(0, 1).std(dim=1) < 1e-8).tolist() if credited.size(-1) > 1 else [],
         completion_lengths=completion_lengths,
         reward_values=reward_values,
+        agent_reward_values=agent_reward_values or {},
     )
 
 
@@ -72,6 +76,11 @@ def rollout_metrics(
             if values:
                 metrics[f"turn_{t}/rewards/{name}/mean"] = _mean(values)
 
+    for f, i in sorted({key for s in stats for key in s.agent_reward_values}):
+        values = [v for s in stats for v in s.agent_reward_values.get((f, i), [])]
+        if values:
+            metrics[f"agent_{i}/rewards/{reward_names[f]}/mean"] = _mean(values)
+
     all_lengths = []
     for i in range(len(stats[0].completion_lengths)):
         lengths = [n for s in stats for n in s.completion_lengths[i]]
@@ -82,3 +91,22 @@ def rollout_metrics(
     metrics["completions/max_length"] = float(max(all_lengths))
     metrics["completions/clipped_ratio"] = _mean([n >= max_completion_length for n in all_lengths])
     return metrics
+
+
+def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, action_rewards: dict, reward_names: list) -> list:
+    """One row per completion of the tree (agent, turn, prompt, completion, advantage, and each reward function's
+    mean joint value over the joint actions it took part in), for `log_completions`' table."""
+    rows = []
+    for n, node in enumerate(tree.nodes):
+        for i, completions in enumerate(node.completions):
+            for k, completion in enumerate(completions):
+                actions = [a for a in node.joint_actions if tree.joint_actions[a].choice[i] == k]
+                rewards = {}
+                for f, name in enumerate(reward_names):
+                    values = [action_rewards[a][f] for a in actions if action_rewards[a][f] is not None]
+                    rewards[name] = _mean(values) if values else None
+                rows.append(
+                    {"agent": i, "turn": node.turn, "prompt": node.prompts[i], "completion": completion,
+                     "advantage": float(advantages[n, i, k]), "rewards": rewards}
+                )  # fmt: skip
+    return rows

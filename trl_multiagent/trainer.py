@@ -6,6 +6,7 @@ import contextlib
 import copy
 import os
 import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -22,18 +23,19 @@ from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head, pad
 
-from . import checkpoint, comlrl
+from . import arguments, checkpoint, comlrl
 from .assembly import build_team, load_tokenizers, plan_team
 from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
-from .callables import JointReward, Transition, callable_name, check_prompt
+from .callables import Transition, callable_name, check_prompt
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .generation import build_generator
 from .generation.vllm_settings import check_vllm_team
 from .importance import importance_sampling_ratio, sampling_stats
-from .metrics import rollout_metrics, rollout_stats
+from .metrics import completion_log_rows, rollout_metrics, rollout_stats
 from .prefix import shared_prompt_logps, supports_prompt_sharing, uses_reentrant_checkpointing
+from .rewards import JointReward, check_agent_reward_aggregation
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .team import AgentTeam
 
@@ -73,12 +75,17 @@ class MAGRPOTrainer(GRPOTrainer):
         agents: models or model ids, one per agent (heterogeneous teams allowed).
         model, num_agents: alternatively one model (or id) copied `num_agents` times.
         tokenizer / processing_class: one tokenizer for every agent, or one per agent.
-        reward_func / reward_funcs: joint reward callable(s); weights from `args.reward_weights`.
+        reward_func / reward_funcs: reward callable(s) or reward models; weights from `args.reward_weights`. Joint
+            rewards take one list of completions per agent; TRL's (`f(completions, **kwargs)`, all of `trl.rewards`,
+            model ids) score each agent, combined by `args.agent_reward_aggregation` (see `rewards`).
+        reward_processing_classes: the reward models' tokenizers, as in GRPOTrainer.
+        quantization_config: as in GRPOTrainer, for agents loaded from ids (bitsandbytes, CUDA only).
+        tools, rollout_func, environment_factory: GRPOTrainer's; refused (see `arguments.REFUSED_GRPO_ARGUMENTS`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: optional per-agent callables mapping a dataset row to that agent's first prompt (one callable
             serves every agent).
-        **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, `model_config`, `wandb_config`),
-            translated or refused by `comlrl.trainer_arguments`.
+        **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, `model_config`, `wandb_config`,
+            `eval_logger`, `eval_aggregator`), translated by `comlrl.trainer_arguments`.
 
     Example:
 
@@ -123,11 +130,18 @@ class MAGRPOTrainer(GRPOTrainer):
         callbacks=None,
         optimizers=(None, None),
         peft_config=None,
+        reward_processing_classes=None,
+        quantization_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
         **comlrl_arguments,
     ):
         args = args if args is not None else MAGRPOConfig("MAGRPO")
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
+        args.check()  # again: a field may have been set after the config was built
+        arguments.check_grpo_arguments(tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
         # CoMLRL's own arguments (agent_model, reward_processor, model_config, wandb_config, ...): see `comlrl`
         resolved = comlrl.trainer_arguments(
             comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
@@ -136,13 +150,16 @@ class MAGRPOTrainer(GRPOTrainer):
         args, model, num_agents, formatters, eval_dataset = (
             resolved[k] for k in ("args", "model", "num_agents", "formatters", "eval_dataset")
         )
-        if args.cast_lm_head_to_fp32 or args.sync_ref_model:
-            raise NotImplementedError("MAGRPOTrainer does not support `cast_lm_head_to_fp32` or `sync_ref_model` yet.")
+        self.comlrl_evaluation = resolved["evaluation"]
 
         # Everything that can be checked without loading a model is checked first.
         plan = plan_team(agents, model, num_agents, tokenizer if tokenizer is not None else processing_class,
                          peft_config, args.trainable_agents)  # fmt: skip
         n = plan.num_agents
+        check_agent_reward_aggregation(args.agent_reward_aggregation, n)
+        agent_init_kwargs = arguments.quantized_model_init_kwargs(
+            quantization_config, args.model_init_kwargs, plan.specs
+        )
         if args.use_vllm:
             check_vllm_team(args, n, plan.shared_base, lora=plan.peft_configs is not None)
         if reward_func is not None and reward_funcs is not None:
@@ -151,13 +168,17 @@ class MAGRPOTrainer(GRPOTrainer):
         funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
         columns = [c for c in columns if c != "prompt"]
-        self.joint_reward = JointReward(funcs, args.reward_weights, n, columns, resolved["reward_processor"])
+        arguments.check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
+        self.joint_reward = JointReward(
+            funcs, args.reward_weights, n, columns, resolved["reward_processor"], args.agent_reward_aggregation
+        )
         if formatters is not None and len(formatters) != n:
             raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
         self.formatters = list(formatters) if formatters is not None else None
         self.formats_later_turns = comlrl.formats_later_turns(self.formatters, args)
         for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            _check_dataset(name, dataset, formatters is not None)
+            arguments.check_dataset(name, dataset, formatters is not None)
+        arguments.check_dataset_fills_a_step(train_dataset, args)
         if args.num_turns > 1 and external_transition is None:
             raise ValueError(
                 f"MAGRPOTrainer: num_turns={args.num_turns} needs `external_transition` to write the next prompts."
@@ -180,6 +201,7 @@ class MAGRPOTrainer(GRPOTrainer):
         # The tokenizers are small, and the first prompts need them (chat messages need a chat template): they are
         # loaded before the models, and the first prompts and user functions are checked still before any model.
         self.tokenizers = load_tokenizers(plan)
+        comlrl.add_special_tokens(self.tokenizers, resolved["special_tokens"])
         if isinstance(eval_dataset, (Dataset, IterableDataset)):
             eval_row = next(iter(eval_dataset), None)
             if eval_row is not None:
@@ -189,7 +211,10 @@ class MAGRPOTrainer(GRPOTrainer):
             if args.check_functions_before_training:
                 self._check_user_functions(first_row, prompts, args.num_turns)
 
-        built = build_team(plan, self.tokenizers, args.model_init_kwargs)
+        built = build_team(plan, self.tokenizers, agent_init_kwargs)
+        reward_funcs = arguments.load_reward_models(
+            self.joint_reward.funcs, args.model_init_kwargs, args.distributed_state.distributed_type != "NO"
+        )
         self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
         self.trainable_agents = plan.trainable
 
@@ -202,17 +227,21 @@ class MAGRPOTrainer(GRPOTrainer):
         try:
             super().__init__(
                 model=self.team,
-                reward_funcs=self.joint_reward.funcs,
+                reward_funcs=reward_funcs,
                 args=args,
                 train_dataset=train_dataset,
                 eval_dataset=eval_dataset,
                 processing_class=self.tokenizers[0],
+                reward_processing_classes=reward_processing_classes,
                 callbacks=callbacks,
                 optimizers=optimizers,
             )
         finally:
             args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
         self.beta, self.use_vllm = beta, use_vllm
+        self.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        for callback in resolved["callbacks"]:
+            self.add_callback(callback)
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
         del self.team.forward
         for agent in self.team.agents:
@@ -250,9 +279,10 @@ class MAGRPOTrainer(GRPOTrainer):
         generation."""
         count = PLACEHOLDER_JOINT_ACTIONS
         answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
+        ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
         keywords = self._reward_keywords([row] * count, [prompts] * count, turn=1)
         with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
-            self.joint_reward(answers, 1, keywords)
+            self.joint_reward(answers, 1, keywords, ids)
         if self.transition is not None and num_turns > 1:
             branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
             history = {
@@ -308,8 +338,9 @@ class MAGRPOTrainer(GRPOTrainer):
         keywords = {"prompts": [[p[i] for p in prompts] for i in range(self.num_agents)]}
         # A fresh state for the placeholder call made before the Trainer exists.
         keywords["trainer_state"] = self.state if hasattr(self, "state") else TrainerState()
+        keywords["batch_items"] = rows  # CoMLRL's name for the dataset row of each joint action
         for key in rows[0]:
-            if key != "prompt" and key not in JointReward.KEYWORDS:
+            if key != "prompt":  # the columns cannot shadow a keyword: `arguments.check_column_names`
                 keywords[key] = [row.get(key) for row in rows]
         return keywords
 
@@ -317,12 +348,19 @@ class MAGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         answers = [tree.answers(a) for a in action_ids]
         completions = [[ans[i] for ans in answers] for i in range(self.num_agents)]
-        nodes = [tree.nodes[tree.joint_actions[a].node] for a in action_ids]
+        actions = [tree.joint_actions[a] for a in action_ids]
+        nodes = [tree.nodes[a.node] for a in actions]
+        ids = [[nd.completion_ids[i][a.choice[i]] for a, nd in zip(actions, nodes)] for i in range(self.num_agents)]
         keywords = self._reward_keywords([rows[nd.row] for nd in nodes], [nd.prompts for nd in nodes], turn)
-        rewards, per_func = self.joint_reward(completions, turn, keywords)
+        rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids)
         self._phase_time["reward"] += time.perf_counter() - start
         for f, values in enumerate(per_func):
             self._reward_values[turn][f].extend(v for v in values if v is not None)
+        for f, agents in per_agent.items():
+            for i, values in enumerate(agents):
+                self._agent_reward_values[(f, i)].extend(v for v in values if v is not None)
+        for a, values in zip(action_ids, zip(*per_func)):
+            self._action_rewards[a] = values  # per function, for the completions table
         return rewards
 
     def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
@@ -389,6 +427,8 @@ class MAGRPOTrainer(GRPOTrainer):
         self._phase_time["sync"] = time.perf_counter() - start
         # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
         self._reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, self.args.num_turns + 1)}
+        self._agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
+        self._action_rewards = {}  # joint action id -> each function's joint value
 
         tree = run_rollout(
             rows,
@@ -440,7 +480,24 @@ class MAGRPOTrainer(GRPOTrainer):
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
         self._log_sampling_metrics(mode, sampling)
+        if self.log_completions:
+            self._log_completion_rows(tree, advantages)
+        if mode == "eval" and self.comlrl_evaluation is not None:  # CoMLRL's eval_logger and eval_aggregator
+            for key, value in self.comlrl_evaluation(tree, rows, self.args.num_turns).items():
+                self._metrics[mode][key].append(value)
         return {"agents": agent_batches}
+
+    def _log_completion_rows(self, tree: RolloutTree, advantages: torch.Tensor) -> None:
+        """This generation's completions, for the table GRPOTrainer's `log` prints and sends (`log_completions`)."""
+        rows = gather_object(completion_log_rows(tree, advantages, self._action_rewards, self.joint_reward.names))
+        self._logs = {
+            "images": deque(),
+            "prompt": deque(row["prompt"] for row in rows),
+            "completion": deque(row["completion"] for row in rows),
+            "rewards": {name: deque(row["rewards"][name] for row in rows) for name in self.joint_reward.names},
+            "advantages": deque(row["advantage"] for row in rows),
+            "extra": {column: deque(row[column] for row in rows) for column in ("agent", "turn")},
+        }
 
     @torch.no_grad()
     def _add_logps(self, agent: int, batch: dict) -> None:
@@ -506,8 +563,10 @@ class MAGRPOTrainer(GRPOTrainer):
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
         lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]
-        stats = gather_object([rollout_stats(tree, returns, credited, lengths, self._reward_values)])
-        metrics = rollout_metrics(stats, self.args.num_turns, self.joint_reward.names, self.max_completion_length)
+        stats = rollout_stats(tree, returns, credited, lengths, self._reward_values, dict(self._agent_reward_values))
+        metrics = rollout_metrics(
+            gather_object([stats]), self.args.num_turns, self.joint_reward.names, self.max_completion_length
+        )
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
 
@@ -741,25 +800,6 @@ def _is_conversational_dataset(dataset) -> bool:
         return False
     first = next(iter(dataset), None)
     return first is not None and is_conversational(first)
-
-
-def _check_dataset(name: str, dataset, has_formatters: bool) -> None:
-    """Before anything is loaded: the dataset has rows, a 'prompt' column (or formatters), and no blank prompt."""
-    columns = getattr(dataset, "column_names", None)
-    if columns is None:  # no dataset, or an iterable one: its rows are checked as they are read
-        return
-    if isinstance(dataset, Dataset) and len(dataset) == 0:
-        raise ValueError(f"MAGRPOTrainer: {name} is empty (0 rows); it needs at least one prompt.")
-    if "prompt" not in columns:
-        if has_formatters:
-            return
-        raise ValueError(
-            f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
-            "`formatters=` to build each agent's prompt from a row."
-        )
-    if isinstance(dataset, Dataset) and not has_formatters:
-        for index, prompt in enumerate(dataset["prompt"]):
-            check_prompt(f"MAGRPOTrainer: {name} row {index}'s 'prompt'", prompt, conversational=True)
 
 
 @contextlib.contextmanager

@@ -10,9 +10,10 @@ import importlib.metadata
 import importlib.util
 import os
 
-import torch
 from packaging.version import Version
 from transformers.utils import logging
+
+from ..devices import has_accelerator
 
 
 logger = logging.get_logger(__name__)
@@ -28,7 +29,7 @@ INSTALL_HINT = (
 
 
 def on_cpu() -> bool:
-    return not torch.cuda.is_available()
+    return not has_accelerator()
 
 
 def vllm_version() -> Version | None:

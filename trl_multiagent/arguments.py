@@ -1,0 +1,126 @@
+"""`MAGRPOTrainer`'s arguments that GRPOTrainer also takes, checked (and resolved) before any model is loaded.
+
+Config fields are checked in `MAGRPOConfig.check`; the agents and tokenizers in `assembly.plan_team`; this module
+holds the rest: GRPOTrainer's own arguments, the datasets, and the reward models of `reward_funcs`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification
+from transformers.utils import logging
+
+from .callables import check_prompt
+from .devices import has_accelerator
+
+
+logger = logging.get_logger(__name__)
+
+# GRPOTrainer arguments with no multi-agent meaning here, and what to use instead.
+REFUSED_GRPO_ARGUMENTS = {
+    "tools": (
+        "tool calls inside a turn are not run; to give the agents a tool's result, call the tool in "
+        "`external_transition` (it writes each agent's next prompt from the branch's answers) or in the reward"
+    ),
+    "rollout_func": (
+        "the rollout is the team's tree (`rollout.run_rollout`); to shape what the agents see between turns, pass "
+        "`external_transition`, and `formatters` for the first prompt"
+    ),
+    "environment_factory": (
+        "an environment's step between turns is `external_transition(prompt, agent_completions, num_agents, ...)`, "
+        "called once per branch; its reward is the joint reward"
+    ),
+}
+
+
+def check_grpo_arguments(**arguments) -> None:
+    """GRPOTrainer's `tools`, `rollout_func` and `environment_factory`: refused when given, with the equivalent."""
+    for name, instead in REFUSED_GRPO_ARGUMENTS.items():
+        if arguments.get(name) is not None:
+            raise ValueError(
+                f"MAGRPOTrainer: `{name}` (a GRPOTrainer argument) is not supported for a team: {instead}."
+            )
+
+
+def quantized_model_init_kwargs(quantization_config, model_init_kwargs: dict | None, specs: list) -> dict | None:
+    """GRPOTrainer's `quantization_config`, for agents loaded from ids: added to the loading keywords, as GRPOTrainer
+    does. bitsandbytes needs a CUDA GPU; agents given as models in memory are already loaded."""
+    if quantization_config is None:
+        return model_init_kwargs
+    if not has_accelerator() or importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError(
+            "MAGRPOTrainer: quantization_config (bitsandbytes) needs a CUDA GPU and `pip install bitsandbytes`; this "
+            f"machine has {'a GPU' if has_accelerator() else 'no GPU'} and bitsandbytes "
+            f"{'installed' if importlib.util.find_spec('bitsandbytes') else 'not installed'}. Leave it None (TRL's "
+            "`get_quantization_config` gives None without --load_in_4bit/--load_in_8bit)."
+        )
+    in_memory = [i for i, spec in enumerate(specs) if not isinstance(spec, str)]
+    if in_memory:
+        raise ValueError(
+            f"MAGRPOTrainer: quantization_config applies to agents loaded from an id or a folder; agent(s) {in_memory} "
+            "are models in memory. Load them quantized yourself, or pass their ids."
+        )
+    if "quantization_config" in (model_init_kwargs or {}):
+        raise ValueError(
+            "MAGRPOTrainer: `quantization_config` is given both as a trainer argument and in `args.model_init_kwargs`; "
+            "set it in one place, as GRPOTrainer asks."
+        )
+    return {**(model_init_kwargs or {}), "quantization_config": quantization_config}
+
+
+def load_reward_models(funcs: list, model_init_kwargs: dict | None, distributed: bool) -> list:
+    """`reward_funcs` with each model id loaded as a sequence-classification reward model (one label), as
+    GRPOTrainer loads it; GRPOTrainer then prepares it and its tokenizer (`reward_processing_classes`)."""
+    kwargs = {k: v for k, v in (model_init_kwargs or {}).items() if k != "quantization_config"}
+    if distributed:
+        kwargs["device_map"] = None  # as GRPOTrainer: "auto" fails under DDP and DeepSpeed
+    return [
+        AutoModelForSequenceClassification.from_pretrained(f, num_labels=1, **kwargs) if isinstance(f, str) else f
+        for f in funcs
+    ]
+
+
+def check_dataset(name: str, dataset, has_formatters: bool) -> None:
+    """Before anything is loaded: the dataset has rows, a 'prompt' column (or formatters), and no blank prompt."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:  # no dataset, or an iterable one: its rows are checked as they are read
+        return
+    if isinstance(dataset, Dataset) and len(dataset) == 0:
+        raise ValueError(f"MAGRPOTrainer: {name} is empty (0 rows); it needs at least one prompt.")
+    if "prompt" not in columns:
+        if has_formatters:
+            return
+        raise ValueError(
+            f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
+            "`formatters=` to build each agent's prompt from a row."
+        )
+    if isinstance(dataset, Dataset) and not has_formatters:
+        for index, prompt in enumerate(dataset["prompt"]):
+            check_prompt(f"MAGRPOTrainer: {name} row {index}'s 'prompt'", prompt, conversational=True)
+
+
+def check_dataset_fills_a_step(dataset, args) -> None:
+    """A dataset with fewer prompts than one generation takes would give the HF Trainer no step at all (its error,
+    "args.max_steps must be set to a positive value", names neither the dataset nor the batch)."""
+    if not isinstance(dataset, Dataset) or args.max_steps > 0:
+        return
+    prompts = args.generation_batch_size // args.num_generations  # over all processes
+    if len(dataset) < prompts:
+        raise ValueError(
+            f"MAGRPOTrainer: train_dataset has {len(dataset)} prompt(s), but one generation takes {prompts} "
+            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}), so no "
+            f"step would run. Set per_device_train_batch_size={args.num_generations} (one prompt per step, as CoMLRL "
+            "trains) with gradient_accumulation_steps=1, or add prompts."
+        )
+
+
+def check_column_names(columns, reserved) -> None:
+    """A dataset column named like a keyword the trainer passes would silently replace that value."""
+    clashes = sorted(set(columns) & set(reserved))
+    if clashes:
+        raise ValueError(
+            f"MAGRPOTrainer: the dataset column(s) {clashes} have the name of a keyword the trainer passes to the "
+            f"reward and the transition ({sorted(reserved)}); rename the column(s)."
+        )

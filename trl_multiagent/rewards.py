@@ -1,0 +1,303 @@
+"""The team's reward: joint reward functions, per-agent rewards in TRL's convention, and their weighted sum.
+
+Every entry of `reward_funcs` follows one of three conventions, told apart by one rule each:
+
+* **Per-agent, TRL's** (`is_per_agent`): a model id or a model (a sequence-classification reward model), or a
+  function that names `completions` or `completion_ids` and takes ``**kwargs`` (all of ``trl.rewards``, a TRL
+  recipe's own rewards). It scores one agent's completions, called as TRL calls it
+  (``f(prompts=, completions=, completion_ids=, trainer_state=, <dataset columns>)``) once per agent; the agents'
+  values become the joint reward by `MAGRPOConfig.agent_reward_aggregation` (mean over agents by default).
+* **Joint, batched** (the default for every other function): ``f(completions_agent_0, completions_agent_1, ...)``,
+  one list per agent aligned by joint action, returns one value per joint action. A function with a single
+  positional parameter gets one list of the agents' lists instead, as CoMLRL calls it.
+* **Joint, one joint action per call** (CoMLRL 1.4.3's convention): a joint function that returns a list of one
+  value when given several joint actions. It is then called once per joint action, with one-element lists and
+  ``batch_items=[row]``, and its first value is kept. The first call with more than one joint action decides (the
+  trainer's build-time check makes one with two); the choice is logged once per function.
+
+Keywords are passed only when the function names them or takes ``**kwargs``: ``prompts`` (per agent, or for a
+per-agent reward that agent's), ``turn``, ``trainer_state``, ``batch_items`` (the dataset row of each joint action)
+and the dataset columns.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from transformers.utils import logging
+from trl.data_utils import apply_chat_template, is_conversational
+
+from .callables import _parameters, _pick_keywords, _run, _short, _unknown_parameters, callable_name
+
+
+logger = logging.get_logger(__name__)
+
+AGENT_REWARD_AGGREGATIONS = {
+    "mean": lambda values: sum(values) / len(values),
+    "sum": sum,
+    "min": min,
+    "max": max,
+}
+PER_AGENT_NAMES = ("completions", "completion_ids")
+
+
+def check_agent_reward_aggregation(value, num_agents: int | None) -> None:
+    """`MAGRPOConfig.agent_reward_aggregation`: a name of `AGENT_REWARD_AGGREGATIONS`, or an agent's index."""
+    if str(value) in AGENT_REWARD_AGGREGATIONS:
+        return
+    index = _agent_index(value)
+    if index is None or (num_agents is not None and index >= num_agents):
+        agents = f" (0..{num_agents - 1})" if num_agents is not None else ""
+        raise ValueError(
+            f"MAGRPOConfig: agent_reward_aggregation must be one of {list(AGENT_REWARD_AGGREGATIONS)} or an agent's "
+            f"index{agents}, got {value!r}."
+        )
+
+
+def _agent_index(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    return None
+
+
+def aggregate_agents(aggregation, per_agent: list[list[float | None]]) -> list[float | None]:
+    """Per joint action, the agents' values combined: by name (None values left out; None if all are), or one agent's.
+
+    >>> aggregate_agents("mean", [[1.0, None], [3.0, None]])
+    [2.0, None]
+    >>> aggregate_agents("1", [[1.0, 2.0], [3.0, 4.0]])
+    [3.0, 4.0]
+    """
+    index = _agent_index(aggregation)
+    if index is not None:
+        return list(per_agent[index])
+    how = AGENT_REWARD_AGGREGATIONS[str(aggregation)]
+    out = []
+    for values in zip(*per_agent, strict=True):
+        known = [v for v in values if v is not None]
+        out.append(how(known) if known else None)
+    return out
+
+
+def is_per_agent(func) -> bool:
+    """TRL's convention: a reward model (id or module), or a function naming `completions`/`completion_ids` and
+    taking ``**kwargs``."""
+    if isinstance(func, (str, torch.nn.Module)):
+        return True
+    if not callable(func):
+        return False
+    names, takes_any = _parameters(func)
+    return takes_any and any(name in names for name in PER_AGENT_NAMES)
+
+
+def reward_name(func) -> str:
+    """As TRL names it: a model by its config's name (its last path part), a function by its name."""
+    if isinstance(func, str):
+        return func.rstrip("/").split("/")[-1]
+    if isinstance(func, torch.nn.Module):
+        return str(getattr(func.config, "_name_or_path", "") or type(func).__name__).rstrip("/").split("/")[-1]
+    return callable_name(func)
+
+
+class JointReward:
+    """The weighted sum of the team's reward functions, each called by its convention (see the module docstring)."""
+
+    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items")
+
+    def __init__(
+        self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int, columns: Sequence[str] = (),
+        processor: Callable[[float], float] | None = None, agent_aggregation="mean",
+    ):  # fmt: skip
+        self.funcs = list(funcs)
+        self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
+        self.agent_aggregation = agent_aggregation
+        if not self.funcs:
+            raise ValueError("MAGRPOTrainer needs a joint reward: pass `reward_func=` (or `reward_funcs=`).")
+        self.weights = [1.0] * len(self.funcs) if weights is None else [float(w) for w in weights]
+        if len(self.weights) != len(self.funcs):
+            raise ValueError(
+                f"MAGRPOTrainer got {len(self.weights)} reward_weights for {len(self.funcs)} reward functions."
+            )
+        self.names = [reward_name(f) for f in self.funcs]
+        self.num_agents = num_agents
+        self.per_agent = [is_per_agent(f) for f in self.funcs]
+        # per function: None until a call with several joint actions shows whether it scores them all at once
+        self.one_action_per_call: list[bool | None] = [False if p else None for p in self.per_agent]
+        self.one_list = [False] * len(self.funcs)
+        self.processing_classes: list = [None] * len(self.funcs)
+        for f, (func, name) in enumerate(zip(self.funcs, self.names, strict=True)):
+            if self.per_agent[f]:
+                if not isinstance(func, (str, torch.nn.Module)):
+                    self._check_binds(func, name, [], PER_AGENT_NAMES, columns, "as TRL calls it, by keywords")
+                continue
+            if not callable(func):
+                raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
+            self.one_list[f] = num_agents > 1 and _positional_count(func) == 1
+            args = [[]] if self.one_list[f] else [[]] * num_agents
+            shape = "one list of the agents' completion lists" if self.one_list[f] else (
+                f"{num_agents} positional lists of completions (one per agent)"
+            )  # fmt: skip
+            self._check_binds(func, name, args, (), columns, f"with {shape}")
+
+    def _check_binds(self, func, name, args, required, columns, how: str) -> None:
+        keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *required, *columns]))
+        try:
+            inspect.signature(func).bind(*args, **keywords)
+        except TypeError as err:
+            unknown = _unknown_parameters(func, args, keywords, [*self.KEYWORDS, *required], columns)
+            raise TypeError(
+                f"Reward function {name!r} cannot be called {how} and the keywords {sorted(keywords)}: {err}.{unknown} "
+                f"Its signature is {name}{inspect.signature(func)}."
+            ) from None
+
+    def bind_models(self, funcs: Sequence, processing_classes: Sequence) -> None:
+        """The reward models as GRPOTrainer loaded and prepared them, with their tokenizers."""
+        for f, (func, processing_class) in enumerate(zip(funcs, processing_classes, strict=True)):
+            if isinstance(func, torch.nn.Module):
+                self.funcs[f], self.processing_classes[f] = func, processing_class
+
+    def _ready(self, f: int) -> bool:
+        """A function, or a reward model loaded and given its tokenizer (`bind_models`)."""
+        func = self.funcs[f]
+        return not isinstance(func, str) and not (
+            isinstance(func, torch.nn.Module) and self.processing_classes[f] is None
+        )
+
+    def __call__(
+        self, completions: list[list[str]], turn: int, keywords: dict[str, Any],
+        completion_ids: list[list[list[int]]] | None = None,
+    ) -> tuple[list[float], list, dict[int, list[list[float | None]]]]:  # fmt: skip
+        """Joint reward per joint action (weighted sum over functions, of the processed values), each function's
+        joint values, and each per-agent function's values per agent (function index -> [agent][joint action])."""
+        count = len(completions[0])
+        keywords = {**keywords, "turn": turn}
+        per_func, per_agent = [], {}
+        for f, (func, name) in enumerate(zip(self.funcs, self.names, strict=True)):
+            if not self._ready(f):
+                continue  # a reward model not loaded yet: the build-time check runs before GRPOTrainer prepares it
+            if self.per_agent[f]:
+                per_agent[f] = [
+                    self._agent_values(f, i, completions[i], completion_ids, keywords, turn)
+                    for i in range(self.num_agents)
+                ]
+                per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
+            else:
+                per_func.append(self._joint_values(f, completions, keywords, count, turn))
+        scored = [w for f, w in enumerate(self.weights) if self._ready(f)]
+        processed = per_func if self.processor is None else [self._process(vals, turn) for vals in per_func]
+        total = []
+        for j in range(count):
+            values = [w * vals[j] for w, vals in zip(scored, processed, strict=True) if vals[j] is not None]
+            total.append(sum(values) if values else 0.0)
+        return total, per_func, per_agent
+
+    def _joint_values(self, f: int, completions, keywords: dict, count: int, turn: int) -> list[float | None]:
+        name = self.names[f]
+        if self.one_action_per_call[f]:
+            return [self._one_action(f, completions, keywords, j, turn) for j in range(count)]
+        values = self._call_joint(f, completions, keywords)
+        if self.one_action_per_call[f] is None and count > 1:
+            one = isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and len(values) == 1
+            self.one_action_per_call[f] = one
+            logger.info_once(
+                f"Reward function {name!r} "
+                + (
+                    "returned one value for several joint actions: it is called once per joint action, with "
+                    "one-element lists and batch_items=[row] (CoMLRL's convention)."
+                    if one
+                    else "scores all joint actions of a turn in one call (one list per agent)."
+                )
+            )
+            if one:
+                return [self._one_action(f, completions, keywords, j, turn) for j in range(count)]
+        return check_rewards(name, values, count, turn)
+
+    def _call_joint(self, f: int, completions, keywords: dict):
+        func = self.funcs[f]
+        args = [list(completions)] if self.one_list[f] else completions
+        return _run(func(*args, **_pick_keywords(func, keywords)))
+
+    def _one_action(self, f: int, completions, keywords: dict, j: int, turn: int) -> float | None:
+        """CoMLRL's call: joint action `j` alone, every list (and keyword list) cut to its one element."""
+        one = {}
+        for key, value in keywords.items():
+            if key == "prompts":
+                one[key] = [[p[j]] for p in value]
+            elif key == "batch_items" or (key not in self.KEYWORDS and isinstance(value, list)):
+                one[key] = [value[j]]  # a dataset column, or the rows
+            else:
+                one[key] = value
+        values = self._call_joint(f, [[c[j]] for c in completions], one)
+        return check_rewards(self.names[f], values, 1, turn)[0]
+
+    def _agent_values(self, f: int, agent: int, completions, completion_ids, keywords: dict, turn: int):
+        func, name = self.funcs[f], f"{self.names[f]}, agent {agent}"
+        prompts = keywords.get("prompts", [[""] * len(completions)] * self.num_agents)[agent]
+        conversational = bool(prompts) and is_conversational({"prompt": prompts[0]})
+        if isinstance(func, torch.nn.Module):
+            values = score_with_model(func, self.processing_classes[f], prompts, completions, conversational)
+            return check_rewards(name, values, len(completions), turn)
+        texts = [[{"role": "assistant", "content": c}] for c in completions] if conversational else completions
+        ids = completion_ids[agent] if completion_ids is not None else [[] for _ in completions]
+        trl_keywords = {k: v for k, v in keywords.items() if k not in ("prompts", "batch_items", "turn")}
+        trl_keywords.update(prompts=prompts, completions=texts, completion_ids=ids)
+        values = _run(func(**_pick_keywords(func, trl_keywords)))
+        return check_rewards(name, values, len(completions), turn)
+
+    def _process(self, values: list[float | None], turn: int) -> list[float | None]:
+        out = [None if v is None else self.processor(v) for v in values]
+        return check_rewards(f"reward_processor({callable_name(self.processor)})", out, len(values), turn)
+
+
+def _positional_count(func) -> int | None:
+    """Positional parameters a function takes; None when it takes ``*args`` (any number)."""
+    params = inspect.signature(func).parameters.values()
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+
+
+@torch.inference_mode()
+def score_with_model(model, tokenizer, prompts: list, completions: list[str], conversational: bool) -> list[float]:
+    """A sequence-classification reward model's score of each prompt + completion, as GRPOTrainer computes it."""
+    if conversational:
+        texts = [
+            apply_chat_template({"messages": p + [{"role": "assistant", "content": c}]}, tokenizer)["text"]
+            for p, c in zip(prompts, completions, strict=True)
+        ]
+    else:
+        texts = [p + c for p, c in zip(prompts, completions, strict=True)]
+    inputs = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    device = next(model.parameters()).device
+    return model(**inputs.to(device)).logits[:, 0].float().tolist()
+
+
+def check_rewards(name: str, values: Any, count: int, turn: int) -> list[float | None]:
+    """The values as floats (None kept), or a clear error naming the function, the turn and what it returned."""
+    where = f"Reward function {name!r} (turn {turn})"
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "tolist"):
+        raise TypeError(f"{where} must return a list of {count} floats, one per joint action; got {values!r}.")
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    if len(values) != count:
+        raise ValueError(
+            f"{where} returned {len(values)} values for {count} joint actions; it must return one per joint action. "
+            f"Got: {_short(values)}."
+        )
+    out = []
+    for j, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{where} returned a non-number at index {j}: {v!r} (all values: {_short(values)}).")
+        if math.isnan(v) or math.isinf(v):
+            raise ValueError(f"{where} returned {v} at index {j}; rewards must be finite (all: {_short(values)}).")
+        out.append(float(v))
+    return out
