@@ -246,9 +246,10 @@ def build(tmp_path, tokenizer, **overrides):
 
 
 def test_a_reward_of_fixed_length_fails_when_built(tmp_path, tokenizer):
-    """The placeholder call scores more than one joint action: a reward returning `[0.0]` cannot pass it."""
-    with pytest.raises(ValueError, match=r"'<lambda>' \(turn 1\) returned 1 values for 2 joint actions"):
-        build(tmp_path, tokenizer, reward_func=lambda a, b: [0.0])
+    """The placeholder call scores more than one joint action: a reward returning `[0.0, 0.0, 0.0]` cannot pass it
+    (`[0.0]` is CoMLRL's one-joint-action-per-call convention: see test_rewards.py)."""
+    with pytest.raises(ValueError, match=r"'<lambda>' \(turn 1\) returned 3 values for 2 joint actions"):
+        build(tmp_path, tokenizer, reward_func=lambda a, b: [0.0, 0.0, 0.0])
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+ (3.10 logs the note)")

@@ -292,17 +292,25 @@ def _eval_interval(config, interval: int) -> None:
 
 
 def formats_later_turns(formatters, args) -> bool:
-    """CoMLRL formats every later turn's prompt too, with `formatter(row, external_prompts=prompt)`, unless
-    `external_prompt_passthrough=True`. Here that applies when every formatter takes `external_prompts` (CoMLRL's
-    multi-turn formatters do; they would fail in CoMLRL otherwise); other formatters shape the first turn only."""
-    if formatters is None or args.external_prompt_passthrough:
+    """CoMLRL 1.4.3 formats every later turn's prompt too, unless `external_prompt_passthrough=True`: the formatter
+    gets the row with `prompt` set to the transition's prompt (and `external_prompts=` when it takes it)."""
+    if formatters is None or args.num_turns == 1 or args.external_prompt_passthrough:
         return False
-    return all("external_prompts" in inspect.signature(f).parameters for f in formatters)
+    logger.info_once(
+        "MAGRPOTrainer: the formatters also format each later turn's prompt, from the row with 'prompt' set to the "
+        "transition's (CoMLRL's rule); set MAGRPOConfig(external_prompt_passthrough=True) to give the agents the "
+        "transition's prompts as they are."
+    )
+    return True
 
 
 def format_later_turn(formatters, row: dict, prompts: list) -> list:
     """Each agent's next prompt as CoMLRL writes it: its formatter on the row whose `prompt` is the transition's."""
-    return [f({**row, "prompt": p}, external_prompts=p) for f, p in zip(formatters, prompts, strict=True)]
+    return [
+        f({**row, "prompt": p}, external_prompts=p) if "external_prompts" in inspect.signature(f).parameters
+        else f({**row, "prompt": p})
+        for f, p in zip(formatters, prompts, strict=True)
+    ]  # fmt: skip
 
 
 MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs", "special_tokens")
@@ -356,6 +364,12 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
     evaluation = Evaluation.from_arguments(kwargs.pop("eval_logger", None), kwargs.pop("eval_aggregator", None))
     model_config = kwargs.pop("model_config", None)
     wandb_config = kwargs.pop("wandb_config", None)
+    dataset_type = kwargs.pop("dataset_type", None)  # CoMLRL <= 1.4.2: a label of the wandb run's config
+    if dataset_type is not None and wandb_config:
+        sections = {**(wandb_config.get("config_sections") or {}), "dataset_type": dataset_type}
+        wandb_config = {**wandb_config, "config_sections": sections}
+    if dataset_type is not None:
+        logger.info_once(f"MAGRPOTrainer: dataset_type={dataset_type!r} (CoMLRL <= 1.4.2) labels the wandb run only.")
     if kwargs:
         raise TypeError(f"MAGRPOTrainer got unexpected keyword arguments {sorted(kwargs)}.")
     no_evaluation = args.eval_interval is not None and eval_dataset is None

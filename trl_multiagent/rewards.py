@@ -12,7 +12,7 @@ Every entry of `reward_funcs` follows one of three conventions, told apart by on
   positional parameter gets one list of the agents' lists instead, as CoMLRL calls it.
 * **Joint, one joint action per call** (CoMLRL 1.4.3's convention): a joint function that returns a list of one
   value when given several joint actions. It is then called once per joint action, with one-element lists and
-  ``batch_items=[row]``, and its first value is kept. The first call with more than one joint action decides (the
+  ``batch_items=[row]`` and ``prompts=[agent 0's prompt]`` as CoMLRL passes them, and its first value is kept. The first call with more than one joint action decides (the
   trainer's build-time check makes one with two); the choice is logged once per function.
 
 Keywords are passed only when the function names them or takes ``**kwargs``: ``prompts`` (per agent, or for a
@@ -229,7 +229,7 @@ class JointReward:
         one = {}
         for key, value in keywords.items():
             if key == "prompts":
-                one[key] = [[p[j]] for p in value]
+                one[key] = [value[0][j]]  # CoMLRL's: the prompt of joint action j (agent 0's)
             elif key == "batch_items" or (key not in self.KEYWORDS and isinstance(value, list)):
                 one[key] = [value[j]]  # a dataset column, or the rows
             else:
