@@ -176,3 +176,130 @@ def test_formatters_with_external_prompts_format_later_turns_unless_passthrough(
     assert log["turn_2/reward_mean"] == (0.0 if passthrough else 1.0)
     later = [c for c in calls if c is not None]
     assert (len(later) == 0) if passthrough else (len(later) > 0 and all("Your last answer had" in c for c in later))
+
+
+def test_a_script_that_keeps_only_the_signature_keys_keeps_its_learning_rate_and_evaluation(tmp_path, tiny_model_dir):
+    """The companion scripts' `inspect.signature(MAGRPOConfig.__init__)` filter: every CoMLRL key survives it, the
+    learning rate takes effect in the optimizer, and evaluation runs."""
+    import inspect
+
+    candidate = dict(
+        output_dir=str(tmp_path / "run"), num_turns=1, num_train_epochs=1, agent_learning_rate=1e-5, logging_steps=1,
+        num_generations=2, max_new_tokens=4, num_agents=2, parallel_training="none", agent_devices="cpu",
+        rollout_buffer_size=2, train_batch_size=1, advantage_normalization=True, eval_interval=2, eval_num_samples=2,
+        eval_batch_size=1, external_prompt_passthrough=False, report_to="none", save_strategy="no",
+    )  # fmt: skip
+    params = set(inspect.signature(MAGRPOConfig.__init__).parameters) - {"self", "args", "kwargs"}
+    assert set(candidate) <= params
+    config = MAGRPOConfig(**{k: v for k, v in candidate.items() if k in params})
+    # two prompts per generation (one-node trees), one per optimizer step, as CoMLRL's buffer of 2 and batch of 1
+    assert (config.per_device_train_batch_size, config.steps_per_generation) == (2, 2)
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, train_dataset=data, eval_dataset=data, args=config,
+        reward_func=lambda a, b: [float(len(x) - len(y)) for x, y in zip(a, b)],
+    )  # fmt: skip
+    trainer.train()
+    assert set(trainer.lr_scheduler.base_lrs) == {1e-5}  # every parameter group
+    assert trainer.state.global_step == 4  # 4 prompts, one per step
+    assert any("eval_turn_1/reward_mean" in h for h in trainer.state.log_history)
+
+
+def test_a_dataclass_subclass_keeps_the_comlrl_names(tmp_path):
+    import dataclasses
+    import inspect
+
+    @dataclasses.dataclass
+    class MyConfig(MAGRPOConfig):
+        my_field: int = 3
+
+    assert {"agent_learning_rate", "rollout_buffer_size", "eval_interval"} <= set(
+        inspect.signature(MyConfig.__init__).parameters
+    )
+    config = MyConfig(output_dir=str(tmp_path), agent_learning_rate=2e-5, advantage_mode="raw", report_to="none")
+    assert config.learning_rate == 2e-5 and config.agent_learning_rate == 2e-5 and config.my_field == 3
+    assert config.advantage_baseline == "none" and config.advantage_mode == "raw"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("parallel_training", "null"), ("parallel_training", None), ("agent_devices", "cpu"),
+     ("agent_devices", ["cpu", "cpu"]), ("reference_devices", "auto")],
+)  # fmt: skip
+def test_device_settings_that_name_this_process_device_are_accepted_and_said(tmp_path, field, value, caplog):
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("trl_multiagent").propagate = True
+    config = comlrl_config(tmp_path, **{field: value})
+    assert config.parallel_training == "none" and getattr(config, field) == (value if field != "parallel_training" else "none")
+
+
+def test_comlrl_mp_with_this_device_is_accepted(tmp_path):
+    config = comlrl_config(tmp_path, parallel_training="mp", agent_devices="cpu")
+    assert config.parallel_training == "mp" and config.agent_devices == "cpu"
+
+
+def test_rollout_buffer_counts_tree_nodes(tmp_path):
+    # two turns of K=2 aligned: a tree has 1 + 2 = 3 nodes per agent; a buffer of 6 nodes holds 2 prompts' trees
+    config = comlrl_config(tmp_path, rollout_buffer_size=6, train_batch_size=3, eval_interval=0)
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps, config.steps_per_generation) == (
+        2, 1, 2,
+    )  # fmt: skip
+    assert config.rollout_buffer_size == 6 and config.comlrl.train_batch_size == 3
+    with pytest.raises(ValueError, match=r"rollout_buffer_size \(CoMLRL\) sets per_device_train_batch_size=4, but"):
+        comlrl_config(tmp_path, rollout_buffer_size=6, per_device_train_batch_size=6)
+
+
+def test_eval_logger_and_aggregator_are_called_as_comlrl_calls_them(tmp_path, tokenizer, tiny_model_dir):
+    seen = []
+
+    def eval_logger(agent_completions_turns, batch_items, prompts):
+        seen.append((agent_completions_turns, batch_items, prompts))
+        return [{"len": len(agent_completions_turns[1][i][-1])} for i in range(len(batch_items))]
+
+    def eval_aggregator(metrics, num_turns):
+        return {f"turn_{num_turns}/agent_1_length": sum(m["len"] for m in metrics) / len(metrics)}
+
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=data, eval_dataset=data,
+        reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback, eval_logger=eval_logger,
+        eval_aggregator=eval_aggregator, args=comlrl_config(tmp_path, max_steps=1),
+    )  # fmt: skip
+    trainer.train()
+    completions, rows, prompts = seen[0]
+    assert len(completions) == 2 and len(completions[0]) == len(rows) == len(prompts)
+    assert all(len(path) == 2 and all(isinstance(t, str) for t in path) for path in completions[0])  # two turns
+    assert prompts == [r["prompt"] for r in rows]
+    logged = [h["eval_turn_2/agent_1_length"] for h in trainer.state.log_history if "eval_turn_2/agent_1_length" in h]
+    assert len(logged) == 2 and all(0 <= v for v in logged)  # before the step (eval_on_start) and after it
+
+
+def test_model_config_special_tokens_are_added_and_every_agent_resized(tmp_path, tiny_model_dir):
+    from tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback, args=comlrl_config(tmp_path),
+        model_config={"special_tokens": {"additional_special_tokens": ["<plan>", "<code>"]}, "torch_dtype": "float32"},
+    )  # fmt: skip
+    assert tokenizer.convert_tokens_to_ids("<code>") == 401
+    for i in range(2):
+        assert trainer.team.agent(i).get_input_embeddings().weight.shape[0] == 402
+
+
+def test_wandb_config_keys_comlrl_accepts_are_accepted(tmp_path, tokenizer, tiny_model_dir, monkeypatch):
+    for variable in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_MODE", "WANDB_RUN_ID"):
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback, dataset_type="tldr",
+        args=comlrl_config(tmp_path),
+        wandb_config={"project": "p", "entity": None, "name": "n", "dir": str(tmp_path), "mode": "offline", "id": "r1",
+                      "config_sections": {"dataset": {"name": "tldr", "type": "tldr"}, "output": {"verbose": False}}},
+    )  # fmt: skip
+    assert os.environ["WANDB_RUN_ID"] == "r1" and trainer.args.disable_tqdm and trainer.args.run_name == "n"
+    sections = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "WandbConfigSections"][0].sections
+    assert sections["dataset_name"] == "tldr" and sections["dataset_type"] == "tldr"

@@ -1,0 +1,165 @@
+"""The reward conventions of `rewards`: CoMLRL's one-joint-action-per-call rewards, TRL's per-agent rewards and
+reward models in a team, and their mix with joint rewards under `reward_weights`."""
+
+import pytest
+import torch
+from conftest import SEED_PROMPTS
+from datasets import Dataset
+from tiny import make_model, make_tokenizer
+from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+from trl.rewards import think_format_reward
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.rewards import aggregate_agents, is_per_agent
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
+def config(tmp_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "run"), num_generations=2, per_device_train_batch_size=4, max_new_tokens=6,
+        max_steps=1, report_to="none", seed=0, learning_rate=1e-2, save_strategy="no",
+    )  # fmt: skip
+    return MAGRPOConfig(**{**values, **overrides})
+
+
+def train(tmp_path, tokenizer, dataset, **kwargs):
+    args = kwargs.pop("args", None) or config(tmp_path)
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], tokenizer=tokenizer,
+        train_dataset=dataset, args=args, **kwargs,
+    )  # fmt: skip
+    trainer.train()
+    return trainer, [h for h in trainer.state.log_history if "turn_1/reward_mean" in h][0]
+
+
+def test_the_convention_rules():
+    def joint(completions1, completions2):
+        return [0.0] * len(completions1)
+
+    def trl_style(completions, reference_answer, **kwargs):
+        return [0.0] * len(completions)
+
+    def by_ids(completion_ids, **kwargs):
+        return [0.0] * len(completion_ids)
+
+    def one_list(completions):  # CoMLRL: one positional parameter takes the list of the agents' lists
+        return [0.0] * len(completions[0])
+
+    assert [is_per_agent(f) for f in (joint, trl_style, by_ids, one_list, think_format_reward)] == [
+        False, True, True, False, True,
+    ]  # fmt: skip
+    assert is_per_agent("some/reward-model") and is_per_agent(torch.nn.Linear(1, 1))
+    assert aggregate_agents("min", [[1.0, 5.0], [3.0, 2.0]]) == [1.0, 2.0]
+    assert aggregate_agents("sum", [[1.0, None], [3.0, None]]) == [4.0, None]
+
+
+def test_a_comlrl_reward_called_per_joint_action_gives_the_batched_rewards(tmp_path, tokenizer):
+    """CoMLRL 1.4.3's reward reads `completions1[0]` and `batch_items[0]` and returns one value: called once per joint
+    action, it gives the same joint rewards, and so the same update, as the batched function."""
+    dataset = Dataset.from_dict({"prompt": SEED_PROMPTS, "target": [3, 5, 7, 9]})
+    calls = []
+
+    def comlrl_reward(completions1, completions2, batch_items=None):
+        calls.append((len(completions1), len(completions2), len(batch_items)))
+        return [float(abs(len(completions2[0]) - batch_items[0]["target"]) - len(completions1[0]))]
+
+    def batched_reward(completions1, completions2, batch_items):
+        return [float(abs(len(b) - r["target"]) - len(a)) for a, b, r in zip(completions1, completions2, batch_items)]
+
+    per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_func=comlrl_reward)
+    batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_func=batched_reward)
+    assert per_action.joint_reward.one_action_per_call == [True]
+    assert batched.joint_reward.one_action_per_call == [False]
+    # the build-time call with 2 joint actions (one call, then 2 one-action calls), then 2 prompts x K=2 per call
+    assert set(calls) == {(2, 2, 2), (1, 1, 1)} and len(calls) == 1 + 2 + 4
+    for key in ("turn_1/reward_mean", "turn_1/reward_std", "train_loss"):
+        assert per_action_log[key] == pytest.approx(batched_log[key], abs=1e-6)
+    for (name, a), (_, b) in zip(per_action.team.state_dict().items(), batched.team.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    initial = make_model(tokenizer, seed=0).state_dict()
+    assert any(not torch.equal(p, initial[n]) for n, p in per_action.team.agent(0).state_dict().items())
+
+
+def chat_tokenizer():
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def chat_dataset():
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": p}] for p in SEED_PROMPTS], "reference_answer": ["a", "bb", "c", "d"]}
+    )
+
+
+def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
+    """`f(completions, reference_answer, **kwargs)` as TRL calls it: once per agent, with that agent's prompts and
+    chat-formatted completions; mixed with a joint reward under `reward_weights`."""
+    tokenizer, calls = chat_tokenizer(), []
+
+    def correctness_reward(completions, reference_answer, prompts, completion_ids, **kwargs):
+        calls.append((prompts, completions, completion_ids, reference_answer))
+        return [float(len(c[0]["content"])) for c in completions]
+
+    def joint_reward(completions1, completions2):
+        return [1.0] * len(completions1)
+
+    trainer, log = train(
+        tmp_path, tokenizer, chat_dataset(), reward_funcs=[correctness_reward, joint_reward, think_format_reward],
+        args=config(tmp_path, reward_weights=[0.5, 2.0, 3.0]),
+    )  # fmt: skip
+    agent_means = [log[f"agent_{i}/rewards/correctness_reward/mean"] for i in range(2)]
+    assert log["turn_1/rewards/correctness_reward/mean"] == pytest.approx(sum(agent_means) / 2)
+    think = log["turn_1/rewards/think_format_reward/mean"]
+    assert log["turn_1/reward_mean"] == pytest.approx(0.5 * sum(agent_means) / 2 + 2.0 + 3.0 * think, abs=1e-5)
+    training_calls = calls[2:]  # calls[:2] are the build-time check's, one per agent
+    assert len(training_calls) == 2  # one per agent
+    for prompts, completions, ids, answers in training_calls:
+        assert all(p[0]["role"] == "user" for p in prompts) and len(prompts) == len(completions) == len(ids) == 4
+        assert all(len(c) == 1 and c[0]["role"] == "assistant" for c in completions)
+        assert all(len(tokenizer.decode(i, skip_special_tokens=True)) <= len(c[0]["content"]) + 6 for i, c in zip(ids, completions))
+        assert answers[0] == answers[1] != answers[2] == answers[3]  # the two rows' column, K times each
+    # each agent saw its own completions: the two calls' texts differ (different models)
+    assert training_calls[0][1] != training_calls[1][1]
+
+    one_agent, log_1 = train(
+        tmp_path / "agent1", tokenizer, chat_dataset(), reward_funcs=[correctness_reward],
+        args=config(tmp_path / "agent1", agent_reward_aggregation="1"),
+    )  # fmt: skip
+    assert log_1["turn_1/reward_mean"] == pytest.approx(log_1["agent_1/rewards/correctness_reward/mean"])
+    assert log_1["agent_0/rewards/correctness_reward/mean"] != log_1["agent_1/rewards/correctness_reward/mean"]
+
+
+def test_a_reward_model_scores_each_agent_as_trl_scores_it(tmp_path, tokenizer):
+    """A sequence-classification reward model given by its folder: loaded as GRPOTrainer loads it, each agent's
+    prompt + completion scored; the logged per-agent means equal the model's own scores of the logged completions."""
+    rm_dir = tmp_path / "tiny-rm"
+    torch.manual_seed(3)
+    rm = LlamaForSequenceClassification(
+        LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                    num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=tokenizer.pad_token_id)
+    )  # fmt: skip
+    rm.save_pretrained(rm_dir)
+    tokenizer.save_pretrained(rm_dir)
+    trainer, log = train(
+        tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_funcs=[str(rm_dir)],
+        args=config(tmp_path, log_completions=True, num_completions_to_print=2),
+    )  # fmt: skip
+    assert trainer.joint_reward.names == ["tiny-rm"]
+    reloaded = AutoModelForSequenceClassification.from_pretrained(rm_dir).eval()
+    logs = trainer._logs
+    for i in range(2):
+        rows = [j for j, agent in enumerate(logs["extra"]["agent"]) if agent == i]
+        texts = [logs["prompt"][j] + logs["completion"][j] for j in rows]
+        inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+        with torch.no_grad():
+            scores = reloaded(**inputs).logits[:, 0]
+        assert log[f"agent_{i}/rewards/tiny-rm/mean"] == pytest.approx(scores.mean().item(), abs=1e-4)
+    assert log["turn_1/rewards/tiny-rm/mean"] == pytest.approx(
+        (log["agent_0/rewards/tiny-rm/mean"] + log["agent_1/rewards/tiny-rm/mean"]) / 2, abs=1e-5
+    )
