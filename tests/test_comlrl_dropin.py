@@ -231,7 +231,9 @@ def test_device_settings_that_name_this_process_device_are_accepted_and_said(tmp
 
     hf_logging.get_logger("trl_multiagent").propagate = True
     config = comlrl_config(tmp_path, **{field: value})
-    assert config.parallel_training == "none" and getattr(config, field) == (value if field != "parallel_training" else "none")
+    assert config.parallel_training == "none" and getattr(config, field) == (
+        value if field != "parallel_training" else "none"
+    )
 
 
 def test_comlrl_mp_with_this_device_is_accepted(tmp_path):

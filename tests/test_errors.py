@@ -415,3 +415,36 @@ def test_a_tokenizer_without_pad_token_pads_with_eos_as_trl_does(tokenizer, args
 def test_lomo_is_refused_since_the_update_runs_one_backward_per_chunk(tmp_path):
     with pytest.raises(ValueError, match="MAGRPOConfig: optim='lomo' is not supported: LOMO fuses the optimizer step"):
         MAGRPOConfig(output_dir=str(tmp_path), optim="lomo")
+
+
+def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tokenizer, args, data):
+    args.use_transformers_continuous_batching = True  # after __post_init__ ran
+    with pytest.raises(ValueError, match="use_transformers_continuous_batching=True is not supported"):
+        build(tokenizer, args, data)
+
+
+@pytest.mark.parametrize("name", ["tools", "rollout_func", "environment_factory"])
+def test_grpo_trainer_arguments_without_a_team_meaning_are_refused_with_the_equivalent(tokenizer, args, data, name):
+    with pytest.raises(ValueError, match=rf"MAGRPOTrainer: `{name}` \(a GRPOTrainer argument\).*external_transition"):
+        build(tokenizer, args, data, **{name: [print] if name == "tools" else print})
+
+
+def test_quantization_config_without_bitsandbytes_on_a_gpu_is_refused_before_loading(tokenizer, args, data):
+    from transformers import BitsAndBytesConfig
+
+    with pytest.raises(ValueError, match=r"MAGRPOTrainer: quantization_config \(bitsandbytes\) needs a CUDA GPU"):
+        build(tokenizer, args, data, quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+
+
+@pytest.mark.parametrize("column", ["turn", "batch_items", "prompt_history_per_agent", "reward"])
+def test_a_dataset_column_named_like_a_passed_keyword_is_refused(tokenizer, args, column):
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS, column: [0] * len(SEED_PROMPTS)})
+    with pytest.raises(ValueError, match=rf"the dataset column\(s\) \['{column}'\] have the name of a keyword"):
+        build(tokenizer, args, data)
+
+
+def test_a_dataset_smaller_than_one_generation_is_said_with_what_to_set(tokenizer, tmp_path):
+    args = MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=8, report_to="none")
+    with pytest.raises(ValueError, match=r"train_dataset has 2 prompt\(s\), but one generation takes 4 .*"
+                       r"per_device_train_batch_size=2"):  # fmt: skip
+        build(tokenizer, args, Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), external_transition=None)

@@ -122,7 +122,10 @@ def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
     for prompts, completions, ids, answers in training_calls:
         assert all(p[0]["role"] == "user" for p in prompts) and len(prompts) == len(completions) == len(ids) == 4
         assert all(len(c) == 1 and c[0]["role"] == "assistant" for c in completions)
-        assert all(len(tokenizer.decode(i, skip_special_tokens=True)) <= len(c[0]["content"]) + 6 for i, c in zip(ids, completions))
+        assert all(
+            len(tokenizer.decode(i, skip_special_tokens=True)) <= len(c[0]["content"]) + 6
+            for i, c in zip(ids, completions)
+        )
         assert answers[0] == answers[1] != answers[2] == answers[3]  # the two rows' column, K times each
     # each agent saw its own completions: the two calls' texts differ (different models)
     assert training_calls[0][1] != training_calls[1][1]
