@@ -305,3 +305,22 @@ def test_wandb_config_keys_comlrl_accepts_are_accepted(tmp_path, tokenizer, tiny
     assert os.environ["WANDB_RUN_ID"] == "r1" and trainer.args.disable_tqdm and trainer.args.run_name == "n"
     sections = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "WandbConfigSections"][0].sections
     assert sections["dataset_name"] == "tldr" and sections["dataset_type"] == "tldr"
+
+
+def test_agent_model_beside_agents_naming_the_same_model_is_accepted(tmp_path, tokenizer, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    agents = [AutoModelForCausalLM.from_pretrained(tiny_model_dir) for _ in range(2)]
+    common = dict(
+        tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=comlrl_config(tmp_path),
+        reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback,
+    )  # fmt: skip
+    trainer = MAGRPOTrainer(agent_model=tiny_model_dir, agents=agents, **common)
+    assert trainer.team.agent(0) is agents[0] and trainer.num_agents == 2
+    with pytest.raises(ValueError, match=r"agent_model='/other' conflicts with agents\[0\]"):
+        MAGRPOTrainer(agent_model="/other", agents=agents, **common)
+
+
+def test_agent_learning_rate_is_constant_as_in_comlrl(tmp_path):
+    assert comlrl_config(tmp_path).lr_scheduler_type == "constant"
+    assert comlrl_config(tmp_path, lr_scheduler_type="cosine").lr_scheduler_type == "cosine"

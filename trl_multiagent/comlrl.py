@@ -208,6 +208,12 @@ def apply_config_names(config, given: dict) -> None:
     check_config_names(given)
     if "agent_learning_rate" in given:
         _put(config, "learning_rate", float(given["agent_learning_rate"]), "agent_learning_rate")
+        if config.lr_scheduler_type == type(config).__dataclass_fields__["lr_scheduler_type"].default:
+            config.lr_scheduler_type = "constant"  # CoMLRL's AdamW has no schedule
+            logger.info_once(
+                "MAGRPOConfig: agent_learning_rate (CoMLRL) -> learning_rate, with lr_scheduler_type='constant' as "
+                "CoMLRL trains (set lr_scheduler_type for TRL's schedules)."
+            )
     if "advantage_mode" in given:
         _put(config, "advantage_baseline", ADVANTAGE_MODES[str(given["advantage_mode"]).lower()], "advantage_mode")
     if "advantage_normalization" in given:
@@ -340,7 +346,9 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
     """
     kwargs = dict(kwargs)
     agent_model = kwargs.pop("agent_model", None)
-    if agent_model is not None:
+    if agent_model is not None and agents is not None:
+        _check_agent_model_names(agent_model, agents)  # CoMLRL accepts both when they name the same model
+    elif agent_model is not None:
         if model is not None:
             raise ValueError("MAGRPOTrainer: pass `model` or `agent_model` (CoMLRL's name), not both.")
         model = agent_model
@@ -385,6 +393,18 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
     return {"args": args, "model": model, "num_agents": num_agents, "formatters": formatters,
             "reward_processor": reward_processor, "eval_dataset": eval_dataset, "special_tokens": special_tokens,
             "evaluation": evaluation, "callbacks": callbacks}  # fmt: skip
+
+
+def _check_agent_model_names(agent_model, agents) -> None:
+    """CoMLRL 1.4.3 takes `agent_model` beside `agents` when every agent is that model (by id, or by its config's
+    `_name_or_path`); the agents are then used as given."""
+    for i, agent in enumerate(agents):
+        name = agent if isinstance(agent, str) else getattr(getattr(agent, "config", None), "_name_or_path", None)
+        if name != agent_model:
+            raise ValueError(
+                f"MAGRPOTrainer: agent_model={agent_model!r} conflicts with agents[{i}] ({name!r}); CoMLRL takes both "
+                "only when every agent is that model. Pass one of them."
+            )
 
 
 def _model_config(model_config: dict, args) -> dict | None:
