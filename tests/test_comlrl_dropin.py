@@ -227,13 +227,15 @@ def test_a_dataclass_subclass_keeps_the_comlrl_names(tmp_path):
      ("agent_devices", ["cpu", "cpu"]), ("reference_devices", "auto")],
 )  # fmt: skip
 def test_device_settings_that_name_this_process_device_are_accepted_and_said(tmp_path, field, value, caplog):
-    from transformers.utils import logging as hf_logging
+    import trl_multiagent.comlrl as comlrl_module
 
-    hf_logging.get_logger("trl_multiagent").propagate = True
-    config = comlrl_config(tmp_path, **{field: value})
-    assert config.parallel_training == "none" and getattr(config, field) == (
-        value if field != "parallel_training" else "none"
-    )
+    comlrl_module.logger.info_once.cache_clear()
+    with caplog.at_level("INFO", logger="trl_multiagent.comlrl"):
+        config = comlrl_config(tmp_path, **{field: value})
+    assert config.parallel_training == "none"
+    if field != "parallel_training":
+        assert getattr(config, field) == value
+        assert f"{field}={value!r} (CoMLRL) names this process's device (cpu)" in caplog.text
 
 
 def test_comlrl_mp_with_this_device_is_accepted(tmp_path):
