@@ -365,10 +365,10 @@ def test_shared_base_lora_with_modules_to_save_is_refused_before_loading(args):
 def test_share_prompts_fallback_is_said_once_naming_the_agent(tokenizer, args, data, caplog):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    import trl_multiagent.trainer as trainer_module
+    import trl_multiagent.prefix as prefix_module
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2))  # absolute positions
-    trainer_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
+    prefix_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
     with caplog.at_level("WARNING"):
         trainer = build(tokenizer, args, data, agents=[make_model(tokenizer), gpt2])
     from trl_multiagent.prefix import supports_prompt_sharing

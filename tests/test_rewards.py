@@ -73,8 +73,8 @@ def test_a_comlrl_reward_called_per_joint_action_gives_the_batched_rewards(tmp_p
 
     per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_func=comlrl_reward)
     batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_func=batched_reward)
-    assert per_action.joint_reward.one_action_per_call == [True]
-    assert batched.joint_reward.one_action_per_call == [False]
+    assert per_action.environment.joint_reward.one_action_per_call == [True]
+    assert batched.environment.joint_reward.one_action_per_call == [False]
     # the build-time call with 2 joint actions (one call, then 2 one-action calls), then 2 prompts x K=2 per call
     assert set(calls) == {(2, 2, 2), (1, 1, 1)} and len(calls) == 1 + 2 + 4
     for key in ("turn_1/reward_mean", "turn_1/reward_std", "train_loss"):
@@ -153,7 +153,7 @@ def test_a_reward_model_scores_each_agent_as_trl_scores_it(tmp_path, tokenizer):
         tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_funcs=[str(rm_dir)],
         args=config(tmp_path, log_completions=True, num_completions_to_print=2),
     )  # fmt: skip
-    assert trainer.joint_reward.names == ["tiny-rm"]
+    assert trainer.environment.joint_reward.names == ["tiny-rm"]
     reloaded = AutoModelForSequenceClassification.from_pretrained(rm_dir).eval()
     logs = trainer._logs
     for i in range(2):

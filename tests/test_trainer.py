@@ -306,14 +306,14 @@ def test_a_transition_writing_chat_messages_for_an_agent_without_chat_template_n
 
 
 def test_a_transition_with_one_turn_is_said_to_be_unused(tmp_path, tokenizer, caplog):
-    import trl_multiagent.trainer as trainer_module
+    import trl_multiagent.arguments as arguments_module
 
-    trainer_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
+    arguments_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
     with caplog.at_level("WARNING"):
         build(tmp_path, tokenizer, agents=team(tokenizer), args=config(tmp_path, num_turns=1))
     assert "external_transition 'length_feedback' is never called with num_turns=1" in caplog.text
     caplog.clear()
-    trainer_module.logger.warning_once.cache_clear()
+    arguments_module.logger.warning_once.cache_clear()
     with caplog.at_level("WARNING"):
         build(tmp_path, tokenizer, agents=team(tokenizer))  # two turns: it is used
     assert "is never called" not in caplog.text

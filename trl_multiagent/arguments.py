@@ -1,19 +1,23 @@
 """`MAGRPOTrainer`'s arguments that GRPOTrainer also takes, checked (and resolved) before any model is loaded.
 
-Config fields are checked in `MAGRPOConfig.check`; the agents and tokenizers in `assembly.plan_team`; this module
-holds the rest: GRPOTrainer's own arguments, the datasets, and the reward models of `reward_funcs`.
+Config fields are checked in `MAGRPOConfig.check`; the agents and tokenizers in `assembly.plan_team`; CoMLRL's own
+arguments are translated in `comlrl.trainer_arguments`. This module holds the rest: GRPOTrainer's own arguments, the
+user's functions and datasets, and the reward models of `reward_funcs`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 
-from datasets import Dataset
+from datasets import Dataset, IterableDataset
 from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging
+from trl.data_utils import is_conversational
 
-from .callables import check_prompt
+from .callables import Transition, callable_name, check_prompt
 from .devices import has_accelerator
+from .rewards import JointReward
 
 
 logger = logging.get_logger(__name__)
@@ -124,3 +128,74 @@ def check_column_names(columns, reserved) -> None:
             f"MAGRPOTrainer: the dataset column(s) {clashes} have the name of a keyword the trainer passes to the "
             f"reward and the transition ({sorted(reserved)}); rename the column(s)."
         )
+
+
+@dataclass
+class UserFunctions:
+    joint_reward: JointReward
+    transition: Transition | None
+    formatters: list | None
+
+
+def user_functions(
+    args, num_agents: int, reward_func, reward_funcs, external_transition, formatters, train_dataset, eval_dataset,
+    reward_processor,
+) -> UserFunctions:  # fmt: skip
+    """The reward functions, the transition and the formatters, checked against the team and the datasets before
+    anything is loaded: signatures, counts, columns, turns."""
+    if reward_func is not None and reward_funcs is not None:
+        raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
+    funcs = reward_funcs if reward_funcs is not None else reward_func
+    funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+    columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
+    columns = [c for c in columns if c != "prompt"]
+    check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
+    joint_reward = JointReward(
+        funcs, args.reward_weights, num_agents, columns, reward_processor, args.agent_reward_aggregation
+    )
+    if formatters is not None and len(formatters) != num_agents:
+        raise ValueError(
+            f"MAGRPOTrainer got {len(formatters)} formatters for {num_agents} agents; pass one per agent."
+        )
+    for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+        check_dataset(name, dataset, formatters is not None)
+    if train_dataset is not None and next(iter(train_dataset), None) is None:  # an iterable one: read its first row
+        raise ValueError("MAGRPOTrainer: train_dataset is empty (no row); it needs at least one prompt.")
+    check_dataset_fills_a_step(train_dataset, args)
+    if args.num_turns > 1 and external_transition is None:
+        raise ValueError(
+            f"MAGRPOTrainer: num_turns={args.num_turns} needs `external_transition` to write the next prompts."
+        )
+    if args.num_turns == 1 and external_transition is not None:
+        logger.warning_once(
+            f"MAGRPOTrainer: external_transition {callable_name(external_transition)!r} is never called with "
+            "num_turns=1: it writes the prompts of turn 2 and later. Set `num_turns` above 1 to use it."
+        )
+    conversational = _is_conversational_dataset(train_dataset if train_dataset is not None else eval_dataset)
+    transition = (
+        Transition(external_transition, num_agents, conversational, columns)
+        if external_transition is not None
+        else None
+    )
+    return UserFunctions(joint_reward, transition, list(formatters) if formatters is not None else None)
+
+
+def check_first_rows(environment, train_dataset, eval_dataset, args) -> None:
+    """The first rows' prompts (formatters, chat templates), and one placeholder call of the user's functions."""
+    if isinstance(eval_dataset, (Dataset, IterableDataset)):
+        eval_row = next(iter(eval_dataset), None)
+        if eval_row is not None:
+            environment.first_prompts(eval_row)
+    if train_dataset is None:
+        return
+    first_row = next(iter(train_dataset))  # `user_functions` refused an empty one
+    prompts = environment.first_prompts(first_row)
+    if args.check_functions_before_training:
+        environment.check_functions(first_row, prompts, args.num_turns)
+
+
+def _is_conversational_dataset(dataset) -> bool:
+    if dataset is None or "prompt" not in (getattr(dataset, "column_names", None) or []):
+        return False
+    first = next(iter(dataset), None)
+    return first is not None and is_conversational(first)

@@ -80,10 +80,17 @@ def load_tokenizers(plan: TeamPlan) -> list:
     return [_tokenizer(plan.specs[o], plan.labels[o]) for o in owners]
 
 
-def build_team(plan: TeamPlan, tokenizers: list, model_init_kwargs: dict | None = None) -> BuiltTeam:
-    models = [_load_agent(spec, label, model_init_kwargs) for spec, label in zip(plan.specs, plan.labels)]
+def build_team(
+    plan: TeamPlan, tokenizers: list, model_init_kwargs: dict | None = None, resize_embeddings: bool = False
+) -> BuiltTeam:
+    """Load the agents and assemble the team. `resize_embeddings` grows each agent's embeddings to its tokenizer
+    (tokens added to it, as CoMLRL's `model_config["special_tokens"]`), before any adapter wraps the model."""
+    models = [_load_agent(spec, label, model_init_kwargs) for spec, label in zip(plan.specs, plan.labels, strict=True)]
     owner = [models[0] if plan.shared_base else models[i] for i in range(plan.num_agents)]  # the model of each agent
-    eos_token_ids = [_prepare_tokenizer_and_model(t, m) for t, m in zip(tokenizers, owner)]
+    if resize_embeddings:
+        for tokenizer, model in zip(tokenizers, owner, strict=True):
+            _resize_to(tokenizer, model)
+    eos_token_ids = [_prepare_tokenizer_and_model(t, m) for t, m in zip(tokenizers, owner, strict=True)]
     team = _assemble(models, plan.peft_configs, plan.shared_base)
     for i in range(plan.num_agents):
         if i not in plan.trainable:
@@ -218,18 +225,20 @@ def _tokenizer_list(tokenizer, num_agents: int) -> list | None:
     return [tokenizer] * num_agents
 
 
-def _prepare_tokenizer_and_model(tokenizer, model) -> list[int]:
-    """Give the tokenizer a pad token, mirror it on the model, grow the model's embeddings to tokens added to the
-    tokenizer (CoMLRL's `model_config["special_tokens"]`, or the user's), and return every id that ends a completion."""
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+def _resize_to(tokenizer, model) -> None:
     rows = model.get_input_embeddings().weight.size(0)
     if len(tokenizer) > rows:
         model.resize_token_embeddings(len(tokenizer))
         logger.info(
-            f"MAGRPOTrainer: the tokenizer has {len(tokenizer)} tokens and the model's embeddings {rows} rows; resized "
-            "them to the tokenizer (new tokens start untrained)."
+            f"MAGRPOTrainer: the tokenizer has {len(tokenizer)} tokens (special tokens added) and the model's "
+            f"embeddings {rows} rows; resized them to the tokenizer (the new rows start untrained)."
         )
+
+
+def _prepare_tokenizer_and_model(tokenizer, model) -> list[int]:
+    """Give the tokenizer a pad token, mirror it on the model, and return every id that ends a completion."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     eos = model.generation_config.eos_token_id

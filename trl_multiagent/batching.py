@@ -41,6 +41,27 @@ def agent_rows(
     }
 
 
+def tree_rows(
+    tree, agent: int, advantages: torch.Tensor, pad_token_id: int, eos_token_ids: list[int] | None,
+    sampling_logps: bool = False, device: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:  # fmt: skip
+    """One agent's rows of a rollout tree (`rollout.RolloutTree`): each node's prompt once per completion, node-major,
+    with `advantages` of shape ``(nodes, agents, K)``. With `eos_token_ids` (TRL's `mask_truncated_completions`), a
+    completion that does not end with one of them has its mask zeroed. With `sampling_logps`, the sampler's per-token
+    log-probs in the tree (vLLM's) are added as ``sampling_per_token_logps``, for the importance-sampling correction."""
+    k = advantages.size(-1)
+    prompt_ids = [node.prompt_ids[agent] for node in tree.nodes for _ in range(k)]
+    completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[agent]]
+    batch = agent_rows(prompt_ids, completion_ids, advantages[:, agent].flatten(), pad_token_id, device)
+    if eos_token_ids is not None:
+        ends_with_eos = torch.tensor([ids[-1] in eos_token_ids for ids in completion_ids], device=device)
+        batch["completion_mask"] *= ends_with_eos[:, None]
+    if sampling_logps:
+        logps = [torch.tensor(lp) for node in tree.nodes for lp in node.sampling_logps[agent]]
+        batch["sampling_per_token_logps"] = pad(logps, padding_value=0.0, padding_side="right").to(device)
+    return batch
+
+
 def _rows(batch: dict) -> int:
     return batch["prompt_ids"].size(0)
 

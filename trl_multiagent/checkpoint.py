@@ -8,6 +8,7 @@ newest complete checkpoint.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 
@@ -132,3 +133,44 @@ def resolve_resume(output_dir: str, resume_from_checkpoint: bool | str) -> str |
         f"MAGRPOTrainer: resume_from_checkpoint=True, but {output_dir!r} holds no complete checkpoint"
         + (f" (incomplete: {folders})." if folders else ".")
     )
+
+
+def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None = None) -> None:
+    """Write `agent_{i}/` for each agent: full weights, or a PEFT adapter; with its tokenizer.
+
+    Full weights load with `AutoModelForCausalLM.from_pretrained(dir/agent_i)`, adapters with
+    `PeftModel.from_pretrained(base, dir/agent_i)`. `state_dict` is the team's (gathered under ZeRO-3), or None.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    for i in range(team.num_agents):
+        if team.is_shared_base:
+            # PEFT writes a named adapter into `<dir>/<name>/`, and the adapters are named `agent_{i}`.
+            team.agent(i).save_pretrained(
+                output_dir, selected_adapters=[team.adapter_names[i]], state_dict=agent_state_dict(state_dict, 0)
+            )
+        else:
+            team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
+        tokenizers[i].save_pretrained(agent_dir(output_dir, i))
+
+
+def save_merged_team(team, tokenizers: list, output_dir: str) -> None:
+    """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model."""
+    for i in range(team.num_agents):
+        module = team.agent(i)
+        if hasattr(module, "merge_and_unload"):
+            adapter = team.adapter_names[i] if team.is_shared_base else None
+            module = copy.deepcopy(module).merge_and_unload(adapter_names=[adapter] if adapter else None)
+        module.save_pretrained(agent_dir(output_dir, i))
+        tokenizers[i].save_pretrained(agent_dir(output_dir, i))
+
+
+def load_team(team, folder: str) -> None:
+    """Read back what `save_team` wrote into `folder` (a checkpoint), agent by agent."""
+    for i in range(team.num_agents):
+        source = agent_dir(folder, i)
+        if team.is_shared_base:
+            load_adapter_weights(team.agent(i), source, team.adapter_names[i])
+        elif hasattr(team.agent(i), "peft_config"):
+            load_adapter_weights(team.agent(i), source, "default")
+        else:
+            load_agent_weights(team.agent(i), source)

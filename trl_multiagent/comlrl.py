@@ -425,7 +425,7 @@ def _model_config(model_config: dict, args) -> dict | None:
 
 def add_special_tokens(tokenizers: list, special_tokens: dict | None) -> None:
     """CoMLRL's `model_config["special_tokens"]`: `tokenizer.add_special_tokens(...)` on every agent's tokenizer
-    (`assembly.build_team` then resizes each agent's embeddings to its tokenizer)."""
+    (`assembly.build_team(resize_embeddings=True)` then grows each agent's embeddings to its tokenizer)."""
     if not special_tokens:
         return
     for tokenizer in {id(t): t for t in tokenizers}.values():

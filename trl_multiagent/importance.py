@@ -66,3 +66,25 @@ def sampling_stats(
         "importance_sampling_ratio/mean": ratios.mean().item() if ratios.numel() else nan,
         "importance_sampling_ratio/max": ratios.max().item() if ratios.numel() else nan,
     }
+
+
+def reduce_sampling_stats(gathered: list[list[dict[str, float]]], agents: list[int]) -> dict[str, float]:
+    """TRL's `sampling/*` metrics over every process and corrected agent, and `agent_{i}/sampling/*` for each, from
+    each process's `sampling_stats` per agent (``gathered[process][slot]``, `agents[slot]` the agent). NaN (no real
+    token on a process) is left out.
+
+    >>> reduce_sampling_stats([[{"x/max": 1.0}], [{"x/max": 3.0}]], agents=[1])
+    {'agent_1/sampling/x/max': 3.0, 'sampling/x/max': 3.0}
+    """
+    reduce = {"min": min, "max": max, "mean": lambda values: sum(values) / len(values)}
+    metrics = {}
+    for key in gathered[0][0]:
+        how = reduce[key.rsplit("/", 1)[1]]
+        for slot, agent in enumerate(agents):
+            values = [p[slot][key] for p in gathered if p[slot][key] == p[slot][key]]
+            if values:
+                metrics[f"agent_{agent}/sampling/{key}"] = how(values)
+        values = [p[s][key] for p in gathered for s in range(len(agents)) if p[s][key] == p[s][key]]
+        if values:
+            metrics[f"sampling/{key}"] = how(values)
+    return metrics

@@ -21,8 +21,12 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import logging
 
 from .batching import prompt_groups
+
+
+logger = logging.get_logger(__name__)
 
 
 class _RecordingLayer(DynamicLayer):
@@ -232,3 +236,19 @@ def prefilled_cache(
           logits_to_keep=1)  # fmt: skip
     cache.batch_select_indices(group)
     return cache
+
+
+def prompt_sharing(team, requested: bool) -> bool:
+    """`share_prompts` as it applies to this team: every agent must support it (`supports_prompt_sharing`); when one
+    does not, every agent uses the plain computation, and that is said once."""
+    if not requested:
+        return False
+    plain = [i for i in range(team.num_agents) if not supports_prompt_sharing(team.agent(i))]
+    if plain:
+        logger.warning_once(
+            f"MAGRPOTrainer: share_prompts=True, but agent(s) {plain} cannot share a prompt's keys and values (it "
+            "needs a rotary model with full attention whose forward takes `cache`, as in transformers 5.24, and "
+            "no prompt-learning adapter); every agent uses the plain computation. The results are the same, only "
+            "slower."
+        )
+    return not plain

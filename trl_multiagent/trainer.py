@@ -6,7 +6,7 @@ import contextlib
 import copy
 import os
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -17,35 +17,25 @@ from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase, TrainerState
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
-from transformers.utils import logging
 from trl import GRPOTrainer
-from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
-from trl.trainer.utils import add_fused_lm_head, pad
+from trl.trainer.utils import add_fused_lm_head
 
 from . import arguments, checkpoint, comlrl
 from .assembly import build_team, load_tokenizers, plan_team
-from .batching import EpochSeededSampler, agent_rows, length_chunks, pad_rows, split_micro_batches
-from .callables import Transition, callable_name, check_prompt
+from .batching import EpochSeededSampler, length_chunks, pad_rows, split_micro_batches, tree_rows
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
+from .environment import TeamEnvironment
 from .generation import build_generator
 from .generation.vllm_settings import check_vllm_team
-from .importance import importance_sampling_ratio, sampling_stats
+from .importance import importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .metrics import completion_log_rows, rollout_metrics, rollout_stats
-from .prefix import shared_prompt_logps, supports_prompt_sharing, uses_reentrant_checkpointing
-from .rewards import JointReward, check_agent_reward_aggregation
+from .prefix import prompt_sharing, shared_prompt_logps, uses_reentrant_checkpointing
+from .rewards import check_agent_reward_aggregation
 from .rollout import Generation, RolloutTree, local_sync, run_rollout
 from .team import AgentTeam
-
-
-logger = logging.get_logger(__name__)
-
-PLACEHOLDER_ANSWER = "placeholder answer"
-# Joint actions of the placeholder reward call: more than one, so that a reward returning a list of fixed length
-# (`[0.0]`) fails when the trainer is built, not after the first generation.
-PLACEHOLDER_JOINT_ACTIONS = 2
 
 
 class MAGRPOTrainer(GRPOTrainer):
@@ -147,77 +137,40 @@ class MAGRPOTrainer(GRPOTrainer):
             comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
             eval_dataset=eval_dataset,
         )  # fmt: skip
-        args, model, num_agents, formatters, eval_dataset = (
-            resolved[k] for k in ("args", "model", "num_agents", "formatters", "eval_dataset")
-        )
+        args, model, eval_dataset = resolved["args"], resolved["model"], resolved["eval_dataset"]
         self.comlrl_evaluation = resolved["evaluation"]
 
-        # Everything that can be checked without loading a model is checked first.
-        plan = plan_team(agents, model, num_agents, tokenizer if tokenizer is not None else processing_class,
-                         peft_config, args.trainable_agents)  # fmt: skip
-        n = plan.num_agents
-        check_agent_reward_aggregation(args.agent_reward_aggregation, n)
+        # Everything that can be checked without loading a model is checked first; the tokenizers are small, and the
+        # first prompts need them (chat messages need a chat template), so they load before the models.
+        tokenizers = tokenizer if tokenizer is not None else processing_class
+        plan = plan_team(agents, model, resolved["num_agents"], tokenizers, peft_config, args.trainable_agents)
+        self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
+        check_agent_reward_aggregation(args.agent_reward_aggregation, self.num_agents)
         agent_init_kwargs = arguments.quantized_model_init_kwargs(
             quantization_config, args.model_init_kwargs, plan.specs
         )
         if args.use_vllm:
-            check_vllm_team(args, n, plan.shared_base, lora=plan.peft_configs is not None)
-        if reward_func is not None and reward_funcs is not None:
-            raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
-        funcs = reward_funcs if reward_funcs is not None else reward_func
-        funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
-        columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
-        columns = [c for c in columns if c != "prompt"]
-        arguments.check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
-        self.joint_reward = JointReward(
-            funcs, args.reward_weights, n, columns, resolved["reward_processor"], args.agent_reward_aggregation
-        )
-        if formatters is not None and len(formatters) != n:
-            raise ValueError(f"MAGRPOTrainer got {len(formatters)} formatters for {n} agents; pass one per agent.")
-        self.formatters = list(formatters) if formatters is not None else None
-        self.formats_later_turns = comlrl.formats_later_turns(self.formatters, args)
-        for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            arguments.check_dataset(name, dataset, formatters is not None)
-        arguments.check_dataset_fills_a_step(train_dataset, args)
-        if args.num_turns > 1 and external_transition is None:
-            raise ValueError(
-                f"MAGRPOTrainer: num_turns={args.num_turns} needs `external_transition` to write the next prompts."
-            )
-        if args.num_turns == 1 and external_transition is not None:
-            logger.warning_once(
-                f"MAGRPOTrainer: external_transition {callable_name(external_transition)!r} is never called with "
-                "num_turns=1: it writes the prompts of turn 2 and later. Set `num_turns` above 1 to use it."
-            )
-        conversational = _is_conversational_dataset(train_dataset if train_dataset is not None else eval_dataset)
-        self.transition = (
-            Transition(external_transition, n, conversational, columns) if external_transition is not None else None
-        )
-        self.num_agents = n
-        first_row = None
-        if train_dataset is not None:
-            first_row = next(iter(train_dataset), None)
-            if first_row is None:
-                raise ValueError("MAGRPOTrainer: train_dataset is empty (no row); it needs at least one prompt.")
-        # The tokenizers are small, and the first prompts need them (chat messages need a chat template): they are
-        # loaded before the models, and the first prompts and user functions are checked still before any model.
+            check_vllm_team(args, self.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
+        functions = arguments.user_functions(
+            args, self.num_agents, reward_func, reward_funcs, external_transition, resolved["formatters"],
+            train_dataset, eval_dataset, resolved["reward_processor"],
+        )  # fmt: skip
         self.tokenizers = load_tokenizers(plan)
         comlrl.add_special_tokens(self.tokenizers, resolved["special_tokens"])
-        if isinstance(eval_dataset, (Dataset, IterableDataset)):
-            eval_row = next(iter(eval_dataset), None)
-            if eval_row is not None:
-                self._first_prompts(eval_row)
-        if first_row is not None:
-            prompts = self._first_prompts(first_row)
-            if args.check_functions_before_training:
-                self._check_user_functions(first_row, prompts, args.num_turns)
+        self.environment = TeamEnvironment(
+            functions.joint_reward, functions.transition, functions.formatters,
+            comlrl.formats_later_turns(functions.formatters, args), self.tokenizers,
+            trainer_state=lambda: self.state if hasattr(self, "state") else TrainerState(),  # none before the Trainer
+        )  # fmt: skip
+        arguments.check_first_rows(self.environment, train_dataset, eval_dataset, args)
 
-        built = build_team(plan, self.tokenizers, agent_init_kwargs)
-        reward_funcs = arguments.load_reward_models(
-            self.joint_reward.funcs, args.model_init_kwargs, args.distributed_state.distributed_type != "NO"
+        built = build_team(
+            plan, self.tokenizers, agent_init_kwargs, resize_embeddings=bool(resolved["special_tokens"])
         )
         self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
-        self.trainable_agents = plan.trainable
-
+        reward_funcs = arguments.load_reward_models(
+            functions.joint_reward.funcs, args.model_init_kwargs, args.distributed_state.distributed_type != "NO"
+        )
         # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
         # reference and the team's engines are built below instead. The models are loaded: GRPOTrainer would warn
         # that `model_init_kwargs` is ignored, though `build_team` just used it.
@@ -226,20 +179,14 @@ class MAGRPOTrainer(GRPOTrainer):
         model_init_kwargs, args.model_init_kwargs = args.model_init_kwargs, None
         try:
             super().__init__(
-                model=self.team,
-                reward_funcs=reward_funcs,
-                args=args,
-                train_dataset=train_dataset,
-                eval_dataset=eval_dataset,
-                processing_class=self.tokenizers[0],
-                reward_processing_classes=reward_processing_classes,
-                callbacks=callbacks,
-                optimizers=optimizers,
-            )
+                model=self.team, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                eval_dataset=eval_dataset, processing_class=self.tokenizers[0],
+                reward_processing_classes=reward_processing_classes, callbacks=callbacks, optimizers=optimizers,
+            )  # fmt: skip
         finally:
             args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
         self.beta, self.use_vllm = beta, use_vllm
-        self.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        functions.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         for callback in resolved["callbacks"]:
             self.add_callback(callback)
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
@@ -247,15 +194,7 @@ class MAGRPOTrainer(GRPOTrainer):
         for agent in self.team.agents:
             base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
             add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
-        self.share_prompts = args.share_prompts and all(supports_prompt_sharing(a) for a in self.team.agents)
-        if args.share_prompts and not self.share_prompts:
-            plain = [i for i in range(n) if not supports_prompt_sharing(self.team.agent(i))]
-            logger.warning_once(
-                f"MAGRPOTrainer: share_prompts=True, but agent(s) {plain} cannot share a prompt's keys and values (it "
-                "needs a rotary model with full attention whose forward takes `cache`, as in transformers 5.24, and "
-                "no prompt-learning adapter); every agent uses the plain computation. The results are the same, only "
-                "slower."
-            )
+        self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
@@ -274,56 +213,9 @@ class MAGRPOTrainer(GRPOTrainer):
             return prepare_deepspeed(reference, self.accelerator)  # sharded like the policy under ZeRO-3
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
 
-    def _check_user_functions(self, row: dict, prompts: list, num_turns: int) -> None:
-        """Call the reward and the transition once with placeholder answers (the row's first `prompts`), before any
-        generation."""
-        count = PLACEHOLDER_JOINT_ACTIONS
-        answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
-        ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
-        keywords = self._reward_keywords([row] * count, [prompts] * count, turn=1)
-        with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
-            self.joint_reward(answers, 1, keywords, ids)
-        if self.transition is not None and num_turns > 1:
-            branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
-            history = {
-                "prompt_history_per_agent": [[p] for p in prompts],
-                "response_history_per_agent": [[a] for a in branch],
-                "reward": 0.0,
-                **_columns(row),
-            }
-            with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
-                self._transitions([row], [(row.get("prompt"), branch, history)], 1)
-
     # ------------------------------------------------------------------ rollout
 
-    def _first_prompts(self, row: dict) -> list:
-        if self.formatters is None:
-            check_prompt(f"The dataset row {_short_row(row)}'s 'prompt'", row["prompt"], conversational=True)
-            prompts, source = [row["prompt"]] * self.num_agents, f"the dataset row {_short_row(row)}"
-        else:
-            prompts = [f(row) for f in self.formatters]
-            for i, prompt in enumerate(prompts):
-                check_prompt(f"formatters[{i}] (agent {i}) on the row {_short_row(row)}: its result", prompt, True)
-            source = f"its formatter on the row {_short_row(row)}"
-        self._check_chat_templates(prompts, source)
-        return prompts
-
-    def _check_chat_templates(self, prompts: list, source: str) -> None:
-        """Chat messages go only to an agent whose tokenizer has a chat template: transformers would fail at the
-        first generation, naming no agent."""
-        for i, prompt in enumerate(prompts):
-            tokenizer = self.tokenizers[i]
-            if is_conversational({"prompt": prompt}) and getattr(tokenizer, "chat_template", None) is None:
-                name = getattr(tokenizer, "name_or_path", "")
-                raise ValueError(
-                    f"MAGRPOTrainer: agent {i}'s prompt from {source} is a list of chat messages, but agent {i}'s "
-                    f"tokenizer{f' ({name!r})' if name else ''} has no chat template (`tokenizer.chat_template` is "
-                    "None) to turn them into tokens. Give the agents plain-text prompts "
-                    "(the recipes' `--prompt_format plain`), or a tokenizer with a chat template (an instruct "
-                    "model's, or set `tokenizer.chat_template`)."
-                )
-
-    def _generate(self, agent: int, prompts: list, num_generations: int) -> Generation:
+    def _generate_for_agent(self, agent: int, prompts: list, num_generations: int) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend."""
         start = time.perf_counter()
         greedy = not self.model.training and not self.args.eval_do_sample
@@ -332,74 +224,6 @@ class MAGRPOTrainer(GRPOTrainer):
             self._phase_time["generate"] += time.perf_counter() - start
             self._generated_tokens += sum(len(c) for c in generation.completion_ids)
         return generation
-
-    def _reward_keywords(self, rows: list[dict], prompts: list[list], turn: int) -> dict[str, Any]:
-        """Keywords a joint reward may take: per-agent prompts, the dataset columns, and the trainer state."""
-        keywords = {"prompts": [[p[i] for p in prompts] for i in range(self.num_agents)]}
-        # A fresh state for the placeholder call made before the Trainer exists.
-        keywords["trainer_state"] = self.state if hasattr(self, "state") else TrainerState()
-        keywords["batch_items"] = rows  # CoMLRL's name for the dataset row of each joint action
-        for key in rows[0]:
-            if key != "prompt":  # the columns cannot shadow a keyword: `arguments.check_column_names`
-                keywords[key] = [row.get(key) for row in rows]
-        return keywords
-
-    def _score(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[float]:
-        start = time.perf_counter()
-        answers = [tree.answers(a) for a in action_ids]
-        completions = [[ans[i] for ans in answers] for i in range(self.num_agents)]
-        actions = [tree.joint_actions[a] for a in action_ids]
-        nodes = [tree.nodes[a.node] for a in actions]
-        ids = [[nd.completion_ids[i][a.choice[i]] for a, nd in zip(actions, nodes)] for i in range(self.num_agents)]
-        keywords = self._reward_keywords([rows[nd.row] for nd in nodes], [nd.prompts for nd in nodes], turn)
-        rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids)
-        self._phase_time["reward"] += time.perf_counter() - start
-        for f, values in enumerate(per_func):
-            self._reward_values[turn][f].extend(v for v in values if v is not None)
-        for f, agents in per_agent.items():
-            for i, values in enumerate(agents):
-                self._agent_reward_values[(f, i)].extend(v for v in values if v is not None)
-        for a, values in zip(action_ids, zip(*per_func)):
-            self._action_rewards[a] = values  # per function, for the completions table
-        return rewards
-
-    def _next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
-        """The transition of every branch that goes on (async transitions run concurrently)."""
-        start = time.perf_counter()
-        branch_rows, calls = [], []
-        for action_id in action_ids:
-            row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
-            prompt_history, response_history = tree.history(action_id)
-            history = {
-                "prompt_history_per_agent": prompt_history,
-                "response_history_per_agent": response_history,
-                "reward": tree.joint_actions[action_id].reward,
-                **_columns(row),
-            }
-            branch_rows.append(row)
-            calls.append((row.get("prompt"), tree.answers(action_id), history))
-        prompts = self._transitions(branch_rows, calls, turn)
-        self._phase_time["transition"] += time.perf_counter() - start
-        return prompts
-
-    def _transitions(self, rows: list[dict], calls: list[tuple], turn: int) -> list[list]:
-        """The next prompts of each branch: the transition's for `calls` (`(prompt, agent_completions, history)`, of
-        the dataset `rows`), through CoMLRL's formatters where they apply, each checked against its agent."""
-        prompts = self.transition.many(calls, turn)
-        if self.formats_later_turns:  # CoMLRL's formatters(row, external_prompts=...), see `comlrl`
-            prompts = [self._formatted(row, p, turn + 1) for row, p in zip(rows, prompts, strict=True)]
-        formatted = " and the formatters" if self.formats_later_turns else ""
-        for branch in prompts:
-            self._check_chat_templates(
-                branch, f"external_transition {self.transition.name!r}{formatted} after turn {turn}"
-            )
-        return prompts
-
-    def _formatted(self, row: dict, prompts: list, turn: int) -> list:
-        formatted = comlrl.format_later_turn(self.formatters, row, prompts)
-        for i, prompt in enumerate(formatted):
-            check_prompt(f"formatters[{i}] (agent {i}) at turn {turn}, on the row {_short_row(row)}", prompt, True)
-        return formatted
 
     def _sync_turn(self, has_live_nodes: bool, error: BaseException | None) -> bool:
         """End-of-turn agreement across processes: another turn if any process has live nodes; stop all on failure."""
@@ -419,16 +243,13 @@ class MAGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
-        self._phase_time = dict.fromkeys(("sync", "generate", "reward", "transition", "logps"), 0.0)
+        self._phase_time = dict.fromkeys(("sync", "generate", "logps"), 0.0)
         self._generated_tokens = 0
         self.generator.truncated_prompts = 0
+        self.environment.start(self.args.num_turns)
         start = time.perf_counter()
         self.generator.sync_weights(self.state.global_step)  # only after the weights changed
         self._phase_time["sync"] = time.perf_counter() - start
-        # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
-        self._reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, self.args.num_turns + 1)}
-        self._agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
-        self._action_rewards = {}  # joint action id -> each function's joint value
 
         tree = run_rollout(
             rows,
@@ -437,10 +258,10 @@ class MAGRPOTrainer(GRPOTrainer):
             num_turns=self.args.num_turns,
             joint_mode=self.args.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
-            agent_prompts=self._first_prompts,
-            generate=partial(self._generate, num_generations=k),
-            score=partial(self._score, rows),
-            transition=partial(self._next_prompts, rows),
+            agent_prompts=self.environment.first_prompts,
+            generate=partial(self._generate_for_agent, num_generations=k),
+            score=partial(self.environment.score, rows),
+            transition=partial(self.environment.next_prompts, rows),
             sync=self._sync_turn,
         )
         returns = tree.returns(self.args.discount)
@@ -454,24 +275,13 @@ class MAGRPOTrainer(GRPOTrainer):
         rows_per_agent = self._rows_per_agent(len(tree.nodes) * k)
         agent_batches, tokens, sampling = [], 0, []
         for i in range(self.num_agents):
-            prompt_ids = [node.prompt_ids[i] for node in tree.nodes for _ in range(k)]
-            completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[i]]
-            batch = agent_rows(
-                prompt_ids, completion_ids, advantages[:, i].flatten(), self.tokenizers[i].pad_token_id,
+            eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
+            batch = tree_rows(
+                tree, i, advantages, self.tokenizers[i].pad_token_id, eos, self._corrects_sampling(i),
                 self.accelerator.device,
             )  # fmt: skip
-            if self.mask_truncated_completions:
-                ends_with_eos = [ids[-1] in self.agent_eos_token_ids[i] for ids in completion_ids]
-                batch["completion_mask"] *= torch.tensor(ends_with_eos, device=batch["completion_mask"].device)[
-                    :, None
-                ]
             tokens += int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
-            if self._corrects_sampling(i):
-                logps = [torch.tensor(lp) for node in tree.nodes for lp in node.sampling_logps[i]]
-                batch["sampling_per_token_logps"] = pad(logps, padding_value=0.0, padding_side="right").to(
-                    batch["completion_mask"].device
-                )
             batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
             if self._corrects_sampling(i):
@@ -479,7 +289,10 @@ class MAGRPOTrainer(GRPOTrainer):
             agent_batches.append(batch)
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
-        self._log_sampling_metrics(mode, sampling)
+        if sampling:
+            agents = [i for i in range(self.num_agents) if self._corrects_sampling(i)]
+            for key, value in reduce_sampling_stats(gather_object([sampling]), agents).items():
+                self._metrics[mode][key].append(value)
         if self.log_completions:
             self._log_completion_rows(tree, advantages)
         if mode == "eval" and self.comlrl_evaluation is not None:  # CoMLRL's eval_logger and eval_aggregator
@@ -489,12 +302,13 @@ class MAGRPOTrainer(GRPOTrainer):
 
     def _log_completion_rows(self, tree: RolloutTree, advantages: torch.Tensor) -> None:
         """This generation's completions, for the table GRPOTrainer's `log` prints and sends (`log_completions`)."""
-        rows = gather_object(completion_log_rows(tree, advantages, self._action_rewards, self.joint_reward.names))
+        names = self.environment.joint_reward.names
+        rows = gather_object(completion_log_rows(tree, advantages, self.environment.action_rewards, names))
         self._logs = {
             "images": deque(),
             "prompt": deque(row["prompt"] for row in rows),
             "completion": deque(row["completion"] for row in rows),
-            "rewards": {name: deque(row["rewards"][name] for row in rows) for name in self.joint_reward.names},
+            "rewards": {name: deque(row["rewards"][name] for row in rows) for name in names},
             "advantages": deque(row["advantage"] for row in rows),
             "extra": {column: deque(row[column] for row in rows) for column in ("agent", "turn")},
         }
@@ -544,28 +358,12 @@ class MAGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ metrics
 
-    def _log_sampling_metrics(self, mode: str, per_agent: list[dict[str, float]]) -> None:
-        """TRL's `sampling/*` metrics over every corrected agent, and `agent_{i}/sampling/*` for each."""
-        if not per_agent:
-            return
-        agents = [i for i in range(self.num_agents) if self._corrects_sampling(i)]
-        gathered = gather_object([per_agent])  # [process][agent] -> stats
-        reduce = {"min": min, "max": max, "mean": lambda values: sum(values) / len(values)}
-        for key in per_agent[0]:
-            how = reduce[key.rsplit("/", 1)[1]]
-            for slot, agent in enumerate(agents):
-                values = [p[slot][key] for p in gathered if p[slot][key] == p[slot][key]]  # NaN: no real token
-                if values:
-                    self._metrics[mode][f"agent_{agent}/sampling/{key}"].append(how(values))
-            values = [p[s][key] for p in gathered for s in range(len(agents)) if p[s][key] == p[s][key]]
-            if values:
-                self._metrics[mode][f"sampling/{key}"].append(how(values))
-
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
         lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]
-        stats = rollout_stats(tree, returns, credited, lengths, self._reward_values, dict(self._agent_reward_values))
+        env = self.environment
+        stats = rollout_stats(tree, returns, credited, lengths, env.reward_values, dict(env.agent_reward_values))
         metrics = rollout_metrics(
-            gather_object([stats]), self.args.num_turns, self.joint_reward.names, self.max_completion_length
+            gather_object([stats]), self.args.num_turns, env.joint_reward.names, self.max_completion_length
         )
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
@@ -574,7 +372,7 @@ class MAGRPOTrainer(GRPOTrainer):
             tokens = torch.tensor(tokens, device=self.accelerator.device)
             self.state.num_input_tokens_seen += int(self.accelerator.gather(tokens).sum())
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-        for phase, seconds in self._phase_time.items():
+        for phase, seconds in {**self._phase_time, **self.environment.seconds}.items():
             self._metrics[mode][f"timing/{phase}_s"].append(seconds)
         truncated = torch.tensor(self.generator.truncated_prompts, device=self.accelerator.device)
         self._metrics[mode]["prompts/truncated"].append(int(self.accelerator.gather(truncated).sum()))
@@ -716,43 +514,18 @@ class MAGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ saving and resuming
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """Write `agent_{i}/` for each agent: full weights, or a PEFT adapter; with its tokenizer.
-
-        Full weights load with `AutoModelForCausalLM.from_pretrained(dir/agent_i)`, adapters with
-        `PeftModel.from_pretrained(base, dir/agent_i)`.
-        """
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
-        if not self.args.should_save:
-            return
-        os.makedirs(output_dir, exist_ok=True)
-        for i in range(self.num_agents):
-            agent_dir = checkpoint.agent_dir(output_dir, i)
-            if self.team.is_shared_base:
-                # PEFT writes a named adapter into `<dir>/<name>/`, and the adapters are named `agent_{i}`.
-                self.team.agent(i).save_pretrained(
-                    output_dir, selected_adapters=[self.team.adapter_names[i]],
-                    state_dict=checkpoint.agent_state_dict(state_dict, 0),
-                )  # fmt: skip
-            else:
-                self.team.agent(i).save_pretrained(agent_dir, state_dict=checkpoint.agent_state_dict(state_dict, i))
-            self.tokenizers[i].save_pretrained(agent_dir)
-        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        """Write `agent_{i}/` for each agent (`checkpoint.save_team`): full weights or a PEFT adapter, its tokenizer."""
+        if self.args.should_save:
+            output_dir = output_dir if output_dir is not None else self.args.output_dir
+            checkpoint.save_team(self.team, self.tokenizers, output_dir, state_dict)
+            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def save_merged_model(self, output_dir: str) -> None:
         """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model.
 
         For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
         """
-        team = self.accelerator.unwrap_model(self.model)
-        for i in range(self.num_agents):
-            agent_dir = checkpoint.agent_dir(output_dir, i)
-            module = team.agent(i)
-            if hasattr(module, "merge_and_unload"):
-                merged = copy.deepcopy(module)
-                adapter = team.adapter_names[i] if team.is_shared_base else None
-                module = merged.merge_and_unload(adapter_names=[adapter] if adapter else None)
-            module.save_pretrained(agent_dir)
-            self.tokenizers[i].save_pretrained(agent_dir)
+        checkpoint.save_merged_team(self.accelerator.unwrap_model(self.model), self.tokenizers, output_dir)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
@@ -781,51 +554,7 @@ class MAGRPOTrainer(GRPOTrainer):
             )  # fmt: skip
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        team = self.accelerator.unwrap_model(model if model is not None else self.model)
-        for i in range(self.num_agents):
-            folder = checkpoint.agent_dir(resume_from_checkpoint, i)
-            if team.is_shared_base:
-                checkpoint.load_adapter_weights(team.agent(i), folder, team.adapter_names[i])
-            elif hasattr(team.agent(i), "peft_config"):
-                checkpoint.load_adapter_weights(team.agent(i), folder, "default")
-            else:
-                checkpoint.load_agent_weights(team.agent(i), folder)
-
-
-# ---------------------------------------------------------------------- module helpers
-
-
-def _is_conversational_dataset(dataset) -> bool:
-    if dataset is None or "prompt" not in (getattr(dataset, "column_names", None) or []):
-        return False
-    first = next(iter(dataset), None)
-    return first is not None and is_conversational(first)
-
-
-@contextlib.contextmanager
-def _placeholder_call(function: str):
-    """Say where an error of the placeholder call comes from: raised while the trainer is built, it would look like
-    a fault of the trainer's own set-up. The user's exception type is kept."""
-    try:
-        yield
-    except Exception as err:
-        note = (
-            f"MAGRPOTrainer: this came from the check that calls {function} once when the trainer is built, before "
-            f"any generation: on the first training row, with the placeholder answer {PLACEHOLDER_ANSWER!r} from every "
-            "agent. Make it handle any text an agent may write, or skip this check with "
-            "MAGRPOConfig(check_functions_before_training=False)."
+        """Every agent's weights (or adapter) from `agent_{i}/` (`checkpoint.load_team`)."""
+        checkpoint.load_team(
+            self.accelerator.unwrap_model(model if model is not None else self.model), resume_from_checkpoint
         )
-        if hasattr(err, "add_note"):  # Python 3.11+
-            err.add_note(note)
-        else:
-            logger.error(note)
-        raise
-
-
-def _short_row(row: dict, limit: int = 120) -> str:
-    text = repr(row)
-    return text if len(text) <= limit else text[:limit] + "...}"
-
-
-def _columns(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in ("prompt", "turn", "reward", "num_agents", "agent_completions")}

@@ -41,13 +41,13 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
     and a 1-process run see the same completions and must reach the same weights.
     """
 
-    def _generate(self, agent, prompts, num_generations):
+    def _generate_for_agent(self, agent, prompts, num_generations):
         if not prompts:
-            return super()._generate(agent, prompts, num_generations)
+            return super()._generate_for_agent(agent, prompts, num_generations)
         parts = []
         for prompt in prompts:
             torch.manual_seed(zlib.crc32(f"{agent}|{prompt}".encode()))
-            parts.append(super()._generate(agent, [prompt], num_generations))
+            parts.append(super()._generate_for_agent(agent, [prompt], num_generations))
         return Generation(
             *(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions"))
         )
@@ -165,14 +165,14 @@ def main():
 
         agent.generate = recording_generate
     if rank == cli.fail_on_rank and cli.fail_in == "generate":
-        generate = trainer._generate
+        generate = trainer._generate_for_agent
 
         def failing_generate(agent, prompts, num_generations):
             if any("Your last answer had" in str(p) for p in prompts):  # a turn-2 prompt
                 raise RuntimeError(f"generate failure on rank {rank}")
             return generate(agent, prompts, num_generations)
 
-        trainer._generate = failing_generate
+        trainer._generate_for_agent = failing_generate
     if cli.kill_at is not None:
         kill_while_saving(trainer, cli.kill_at, cli.kill_point)
     trainer.train(resume_from_checkpoint=True if cli.resume == "latest" else cli.resume)

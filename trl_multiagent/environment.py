@@ -1,0 +1,215 @@
+"""What the team acts in: the user's formatters, joint reward and transition behind the three calls the rollout makes.
+
+`TeamEnvironment.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`, `score` and
+`transition`. The environment checks what the user's functions return (naming the function, the turn and the row),
+builds each branch's history, times the reward and transition phases, and keeps the values the metrics and the
+completions table read. An environment API would plug in here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from transformers import TrainerState
+from transformers.utils import logging
+from trl.data_utils import is_conversational
+
+from . import comlrl
+from .callables import Transition, check_prompt
+from .rewards import JointReward
+from .rollout import RolloutTree
+
+
+logger = logging.get_logger(__name__)
+
+PLACEHOLDER_ANSWER = "placeholder answer"
+# Joint actions of the placeholder reward call: more than one, so that a reward returning a list of fixed length
+# fails when the trainer is built, not after the first generation, and CoMLRL's one-action rewards show themselves.
+PLACEHOLDER_JOINT_ACTIONS = 2
+
+
+class TeamEnvironment:
+    """The formatters, the joint reward and the transition of one team, as the rollout calls them.
+
+    Args:
+        joint_reward: the team's reward functions (`rewards.JointReward`).
+        transition: the user's transition (`callables.Transition`), or None with one turn.
+        formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
+        formats_later_turns: the formatters also format each later turn's prompt (CoMLRL's rule, see `comlrl`).
+        tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
+        trainer_state: returns the trainer's state, passed to the reward as `trainer_state`.
+    """
+
+    def __init__(
+        self, joint_reward: JointReward, transition: Transition | None, formatters: list | None,
+        formats_later_turns: bool, tokenizers: list, trainer_state: Callable[[], TrainerState],
+    ):  # fmt: skip
+        self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
+        self.formats_later_turns, self.tokenizers, self.trainer_state = formats_later_turns, tokenizers, trainer_state
+        self.num_agents = len(tokenizers)
+        self.start(num_turns=1)
+
+    def start(self, num_turns: int) -> None:
+        """Before a generation: clear the timing and the scored values."""
+        self.seconds = {"reward": 0.0, "transition": 0.0}
+        # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
+        self.reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)}
+        self.agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
+        self.action_rewards = {}  # joint action id -> each function's joint value (the completions table)
+
+    # ------------------------------------------------------------------ the rollout's three calls
+
+    def first_prompts(self, row: dict) -> list:
+        """Each agent's first prompt: the row's `prompt`, or its formatter's result, checked."""
+        if self.formatters is None:
+            check_prompt(f"The dataset row {_short_row(row)}'s 'prompt'", row["prompt"], conversational=True)
+            prompts, source = [row["prompt"]] * self.num_agents, f"the dataset row {_short_row(row)}"
+        else:
+            prompts = [f(row) for f in self.formatters]
+            for i, prompt in enumerate(prompts):
+                check_prompt(f"formatters[{i}] (agent {i}) on the row {_short_row(row)}: its result", prompt, True)
+            source = f"its formatter on the row {_short_row(row)}"
+        self._check_chat_templates(prompts, source)
+        return prompts
+
+    def score(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[float]:
+        """The joint reward of each joint action of `action_ids` (one call of each reward function per turn)."""
+        start = time.perf_counter()
+        actions = [tree.joint_actions[a] for a in action_ids]
+        nodes = [tree.nodes[a.node] for a in actions]
+        answers = [tree.answers(a) for a in action_ids]
+        completions = [[answer[i] for answer in answers] for i in range(self.num_agents)]
+        ids = [
+            [node.completion_ids[i][a.choice[i]] for a, node in zip(actions, nodes, strict=True)]
+            for i in range(self.num_agents)
+        ]
+        keywords = self.reward_keywords([rows[node.row] for node in nodes], [node.prompts for node in nodes])
+        rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids)
+        self.seconds["reward"] += time.perf_counter() - start
+        for f, values in enumerate(per_func):
+            self.reward_values[turn][f].extend(v for v in values if v is not None)
+        for f, agents in per_agent.items():
+            for i, values in enumerate(agents):
+                self.agent_reward_values[(f, i)].extend(v for v in values if v is not None)
+        for a, values in zip(action_ids, zip(*per_func, strict=True), strict=True):
+            self.action_rewards[a] = values
+        return rewards
+
+    def next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
+        """The transition of every branch that goes on (async transitions run concurrently)."""
+        start = time.perf_counter()
+        branch_rows, calls = [], []
+        for action_id in action_ids:
+            row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
+            prompt_history, response_history = tree.history(action_id)
+            history = branch_history(prompt_history, response_history, tree.joint_actions[action_id].reward, row)
+            branch_rows.append(row)
+            calls.append((row.get("prompt"), tree.answers(action_id), history))
+        prompts = self._transitions(branch_rows, calls, turn)
+        self.seconds["transition"] += time.perf_counter() - start
+        return prompts
+
+    # ------------------------------------------------------------------ before training
+
+    def check_functions(self, row: dict, prompts: list, num_turns: int) -> None:
+        """Call the reward and the transition once with placeholder answers (the row's first `prompts`), before any
+        generation."""
+        count = PLACEHOLDER_JOINT_ACTIONS
+        answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
+        ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
+        keywords = self.reward_keywords([row] * count, [prompts] * count)
+        with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
+            self.joint_reward(answers, 1, keywords, ids)
+        if self.transition is not None and num_turns > 1:
+            branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
+            history = branch_history([[p] for p in prompts], [[a] for a in branch], 0.0, row)
+            with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
+                self._transitions([row], [(row.get("prompt"), branch, history)], 1)
+
+    # ------------------------------------------------------------------ helpers
+
+    def reward_keywords(self, rows: list[dict], prompts: list[list]) -> dict[str, Any]:
+        """Keywords a joint reward may take: per-agent prompts, the rows, the dataset columns, the trainer state."""
+        keywords = {
+            "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
+            "trainer_state": self.trainer_state(),
+            "batch_items": rows,  # CoMLRL's name for the dataset row of each joint action
+        }
+        for key in rows[0]:
+            if key != "prompt":  # no column shadows a keyword: `arguments.check_column_names` refuses it
+                keywords[key] = [row.get(key) for row in rows]
+        return keywords
+
+    def _transitions(self, rows: list[dict], calls: list[tuple], turn: int) -> list[list]:
+        """The next prompts of each branch: the transition's for `calls` (`(prompt, agent_completions, history)`, of
+        the dataset `rows`), through the formatters where they apply, each checked against its agent."""
+        prompts = self.transition.many(calls, turn)
+        if self.formats_later_turns:
+            prompts = [self._formatted(row, p, turn + 1) for row, p in zip(rows, prompts, strict=True)]
+        formatted = " and the formatters" if self.formats_later_turns else ""
+        for branch in prompts:
+            self._check_chat_templates(
+                branch, f"external_transition {self.transition.name!r}{formatted} after turn {turn}"
+            )
+        return prompts
+
+    def _formatted(self, row: dict, prompts: list, turn: int) -> list:
+        formatted = comlrl.format_later_turn(self.formatters, row, prompts)
+        for i, prompt in enumerate(formatted):
+            check_prompt(f"formatters[{i}] (agent {i}) at turn {turn}, on the row {_short_row(row)}", prompt, True)
+        return formatted
+
+    def _check_chat_templates(self, prompts: list, source: str) -> None:
+        """Chat messages go only to an agent whose tokenizer has a chat template: transformers would fail at the
+        first generation, naming no agent."""
+        for i, prompt in enumerate(prompts):
+            tokenizer = self.tokenizers[i]
+            if is_conversational({"prompt": prompt}) and getattr(tokenizer, "chat_template", None) is None:
+                name = getattr(tokenizer, "name_or_path", "")
+                raise ValueError(
+                    f"MAGRPOTrainer: agent {i}'s prompt from {source} is a list of chat messages, but agent {i}'s "
+                    f"tokenizer{f' ({name!r})' if name else ''} has no chat template (`tokenizer.chat_template` is "
+                    "None) to turn them into tokens. Give the agents plain-text prompts "
+                    "(the recipes' `--prompt_format plain`), or a tokenizer with a chat template (an instruct "
+                    "model's, or set `tokenizer.chat_template`)."
+                )
+
+
+def branch_history(prompt_history: list, response_history: list, reward: float, row: dict) -> dict[str, Any]:
+    """The transition's history keywords for one branch, and the row's columns (`Transition.HISTORY`)."""
+    columns = {k: v for k, v in row.items() if k not in (*Transition.REQUIRED, *Transition.HISTORY)}
+    return {
+        "prompt_history_per_agent": prompt_history,
+        "response_history_per_agent": response_history,
+        "reward": reward,
+        **columns,
+    }
+
+
+@contextlib.contextmanager
+def _placeholder_call(function: str):
+    """Say where an error of the placeholder call comes from: raised while the trainer is built, it would look like
+    a fault of the trainer's own set-up. The user's exception type is kept."""
+    try:
+        yield
+    except Exception as err:
+        note = (
+            f"MAGRPOTrainer: this came from the check that calls {function} once when the trainer is built, before "
+            f"any generation: on the first training row, with the placeholder answer {PLACEHOLDER_ANSWER!r} from every "
+            "agent. Make it handle any text an agent may write, or skip this check with "
+            "MAGRPOConfig(check_functions_before_training=False)."
+        )
+        if hasattr(err, "add_note"):  # Python 3.11+
+            err.add_note(note)
+        else:
+            logger.error(note)
+        raise
+
+
+def _short_row(row: dict, limit: int = 120) -> str:
+    text = repr(row)
+    return text if len(text) <= limit else text[:limit] + "...}"
