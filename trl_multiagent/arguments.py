@@ -15,9 +15,12 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
+from . import comlrl
+from .assembly import TeamPlan, plan_team
 from .callables import Transition, callable_name, check_prompt
 from .devices import has_accelerator
-from .rewards import JointReward
+from .generation.vllm_settings import check_vllm_team
+from .rewards import JointReward, check_agent_reward_aggregation
 
 
 logger = logging.get_logger(__name__)
@@ -199,3 +202,53 @@ def _is_conversational_dataset(dataset) -> bool:
         return False
     first = next(iter(dataset), None)
     return first is not None and is_conversational(first)
+
+
+@dataclass
+class PreparedInputs:
+    """`MAGRPOTrainer`'s arguments, checked and resolved, before any model is loaded."""
+
+    args: object  # the MAGRPOConfig to train with (a copy when CoMLRL keywords changed it)
+    eval_dataset: object
+    plan: TeamPlan
+    agent_init_kwargs: dict | None  # the agents' `from_pretrained` keywords (with `quantization_config`)
+    functions: UserFunctions
+    special_tokens: dict | None  # CoMLRL's `model_config["special_tokens"]`
+    evaluation: object  # CoMLRL's eval_logger and eval_aggregator (`comlrl.Evaluation`), or None
+    callbacks: list  # added once the Trainer exists
+
+
+def prepare(
+    args, *, agents, model, num_agents, tokenizer, processing_class, reward_func, reward_funcs, external_transition,
+    formatters, train_dataset, eval_dataset, peft_config, quantization_config, tools, rollout_func,
+    environment_factory, comlrl_arguments,
+) -> PreparedInputs:  # fmt: skip
+    """Check and resolve the trainer's arguments in the order a user meets the problems: the config (again: a field
+    may have been set after it was built), GRPOTrainer's own arguments, CoMLRL's, the team, the user's functions and
+    datasets."""
+    from .config import MAGRPOConfig  # the config imports nothing of the trainer's
+
+    args = args if args is not None else MAGRPOConfig("MAGRPO")
+    if not isinstance(args, MAGRPOConfig):
+        raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
+    args.check()
+    check_grpo_arguments(tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
+    resolved = comlrl.trainer_arguments(
+        comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
+        eval_dataset=eval_dataset,
+    )  # fmt: skip
+    args, eval_dataset = resolved["args"], resolved["eval_dataset"]
+    tokenizers = tokenizer if tokenizer is not None else processing_class
+    plan = plan_team(agents, resolved["model"], resolved["num_agents"], tokenizers, peft_config, args.trainable_agents)
+    check_agent_reward_aggregation(args.agent_reward_aggregation, plan.num_agents)
+    agent_init_kwargs = quantized_model_init_kwargs(quantization_config, args.model_init_kwargs, plan.specs)
+    if args.use_vllm:
+        check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
+    functions = user_functions(
+        args, plan.num_agents, reward_func, reward_funcs, external_transition, resolved["formatters"], train_dataset,
+        eval_dataset, resolved["reward_processor"],
+    )  # fmt: skip
+    return PreparedInputs(
+        args, eval_dataset, plan, agent_init_kwargs, functions, resolved["special_tokens"], resolved["evaluation"],
+        resolved["callbacks"],
+    )  # fmt: skip

@@ -88,3 +88,16 @@ def reduce_sampling_stats(gathered: list[list[dict[str, float]]], agents: list[i
         if values:
             metrics[f"sampling/{key}"] = how(values)
     return metrics
+
+
+def add_importance_sampling_ratio(batch: dict, args) -> dict[str, float]:
+    """Put TRL's `importance_sampling_ratio` into `batch` (one agent's rows), from its old-policy and sampler
+    log-probs (the latter are taken out), with `args`' `vllm_importance_sampling_*` settings; return the sampling
+    statistics of TRL's `sampling/*` metrics."""
+    old, sampled, mask = batch["old_per_token_logps"], batch.pop("sampling_per_token_logps"), batch["completion_mask"]
+    ratio = importance_sampling_ratio(
+        old, sampled, mask, args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_min,
+        args.vllm_importance_sampling_clip_max,
+    )  # fmt: skip
+    batch["importance_sampling_ratio"] = ratio
+    return sampling_stats(old, sampled, mask, ratio)

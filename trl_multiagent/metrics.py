@@ -7,6 +7,7 @@ with a single `gather_object` and `rollout_metrics` turns the list into the logg
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -110,3 +111,17 @@ def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, action_rewa
                      "advantage": float(advantages[n, i, k]), "rewards": rewards}
                 )  # fmt: skip
     return rows
+
+
+def completion_logs(rows: list[dict]) -> dict:
+    """`completion_log_rows` of every process in the layout of GRPOTrainer's `_logs`, which its `log` prints
+    (`num_completions_to_print`), writes to `output_dir/completions/` and sends to the trackers as a table."""
+    names = list(rows[0]["rewards"]) if rows else []
+    return {
+        "images": deque(),
+        "prompt": deque(row["prompt"] for row in rows),
+        "completion": deque(row["completion"] for row in rows),
+        "rewards": {name: deque(row["rewards"][name] for row in rows) for name in names},
+        "advantages": deque(row["advantage"] for row in rows),
+        "extra": {column: deque(row[column] for row in rows) for column in ("agent", "turn")},
+    }

@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import logging
 
-from .batching import prompt_groups
+from .batching import length_chunks, prompt_groups
 
 
 logger = logging.get_logger(__name__)
@@ -252,3 +252,39 @@ def prompt_sharing(team, requested: bool) -> bool:
             "slower."
         )
     return not plain
+
+
+def chunked_per_token_logps(
+    model, input_ids, attention_mask, logits_to_keep: int, chunk_rows: int, shared: bool, compute_entropy: bool,
+    plain_logps, autocast,
+):  # fmt: skip
+    """Per-token log-probs (and entropies) of rows sorted by length, in chunks of at most `chunk_rows` trimmed of
+    their shared padding; within a chunk, each distinct prompt runs once when `shared` (`shared_prompt_logps`),
+    else `plain_logps(model, ids, mask, keep, compute_entropy=...)` (GRPOTrainer's) runs on the chunk. The rows come
+    back in their order, padded to `logits_to_keep`.
+
+    Tree rows differ a lot in length (second-turn prompts carry the feedback), so padding every row to the longest
+    wastes compute, and the K rows of a node repeat its prompt. Rotary position embeddings make both exact up to float
+    rounding.
+    """
+    prompt_width = input_ids.size(1) - logits_to_keep
+    logps, entropies, rows = [], [], []
+    for chunk, start, keep in length_chunks(input_ids, attention_mask, logits_to_keep, chunk_rows, shared):
+        if shared:
+            prompt, completion = slice(start, prompt_width), slice(prompt_width, prompt_width + keep)
+            with autocast():
+                chunk_logps, chunk_entropies = shared_prompt_logps(
+                    model, input_ids[chunk, prompt], attention_mask[chunk, prompt], input_ids[chunk, completion],
+                    attention_mask[chunk, completion],
+                )  # fmt: skip
+        else:
+            columns = slice(start, prompt_width + keep)
+            chunk_logps, chunk_entropies, _ = plain_logps(
+                model, input_ids[chunk, columns], attention_mask[chunk, columns], keep, compute_entropy=compute_entropy
+            )
+        logps.append(torch.nn.functional.pad(chunk_logps, (0, logits_to_keep - keep)))
+        if compute_entropy:
+            entropies.append(torch.nn.functional.pad(chunk_entropies, (0, logits_to_keep - keep)))
+        rows.append(chunk)
+    inverse = torch.argsort(torch.cat(rows))
+    return torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if compute_entropy else None

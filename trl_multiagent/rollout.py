@@ -54,6 +54,7 @@ class Generation:
     completion_ids: list[list[int]]
     completions: list[str]
     sampling_logps: list[list[float]] | None = None
+    truncated_prompts: int = 0  # prompts shortened to `max_prompt_length` in this call
 
 
 @dataclass

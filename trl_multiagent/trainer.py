@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -22,19 +20,18 @@ from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head
 
 from . import arguments, checkpoint, comlrl
-from .assembly import build_team, load_tokenizers, plan_team
-from .batching import EpochSeededSampler, length_chunks, pad_rows, split_micro_batches, tree_rows
+from .assembly import build_team, load_tokenizers
+from .batching import EpochSeededSampler, pad_rows, split_micro_batches, tree_rows
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
+from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
 from .environment import TeamEnvironment
 from .generation import build_generator
-from .generation.vllm_settings import check_vllm_team
-from .importance import importance_sampling_ratio, reduce_sampling_stats, sampling_stats
-from .metrics import completion_log_rows, rollout_metrics, rollout_stats
-from .prefix import prompt_sharing, shared_prompt_logps, uses_reentrant_checkpointing
-from .rewards import check_agent_reward_aggregation
-from .rollout import Generation, RolloutTree, local_sync, run_rollout
+from .importance import add_importance_sampling_ratio, reduce_sampling_stats
+from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
+from .prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
+from .rollout import Generation, RolloutTree, run_rollout
 from .team import AgentTeam
 
 
@@ -127,36 +124,24 @@ class MAGRPOTrainer(GRPOTrainer):
         environment_factory=None,
         **comlrl_arguments,
     ):
-        args = args if args is not None else MAGRPOConfig("MAGRPO")
-        if not isinstance(args, MAGRPOConfig):
-            raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
-        args.check()  # again: a field may have been set after the config was built
-        arguments.check_grpo_arguments(tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
-        # CoMLRL's own arguments (agent_model, reward_processor, model_config, wandb_config, ...): see `comlrl`
-        resolved = comlrl.trainer_arguments(
-            comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
-            eval_dataset=eval_dataset,
+        # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the
+        # tokenizers are small, and the first prompts need them (chat messages need a chat template), so they load
+        # before the models.
+        inputs = arguments.prepare(
+            args, agents=agents, model=model, num_agents=num_agents, tokenizer=tokenizer,
+            processing_class=processing_class, reward_func=reward_func, reward_funcs=reward_funcs,
+            external_transition=external_transition, formatters=formatters, train_dataset=train_dataset,
+            eval_dataset=eval_dataset, peft_config=peft_config, quantization_config=quantization_config, tools=tools,
+            rollout_func=rollout_func, environment_factory=environment_factory, comlrl_arguments=comlrl_arguments,
         )  # fmt: skip
-        args, model, eval_dataset = resolved["args"], resolved["model"], resolved["eval_dataset"]
-        self.comlrl_evaluation = resolved["evaluation"]
-
-        # Everything that can be checked without loading a model is checked first; the tokenizers are small, and the
-        # first prompts need them (chat messages need a chat template), so they load before the models.
-        tokenizers = tokenizer if tokenizer is not None else processing_class
-        plan = plan_team(agents, model, resolved["num_agents"], tokenizers, peft_config, args.trainable_agents)
-        self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
-        check_agent_reward_aggregation(args.agent_reward_aggregation, self.num_agents)
-        agent_init_kwargs = arguments.quantized_model_init_kwargs(
-            quantization_config, args.model_init_kwargs, plan.specs
+        args, eval_dataset, plan, functions = inputs.args, inputs.eval_dataset, inputs.plan, inputs.functions
+        self.num_agents, self.trainable_agents, self.comlrl_evaluation = (
+            plan.num_agents,
+            plan.trainable,
+            inputs.evaluation,
         )
-        if args.use_vllm:
-            check_vllm_team(args, self.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
-        functions = arguments.user_functions(
-            args, self.num_agents, reward_func, reward_funcs, external_transition, resolved["formatters"],
-            train_dataset, eval_dataset, resolved["reward_processor"],
-        )  # fmt: skip
         self.tokenizers = load_tokenizers(plan)
-        comlrl.add_special_tokens(self.tokenizers, resolved["special_tokens"])
+        comlrl.add_special_tokens(self.tokenizers, inputs.special_tokens)
         self.environment = TeamEnvironment(
             functions.joint_reward, functions.transition, functions.formatters,
             comlrl.formats_later_turns(functions.formatters, args), self.tokenizers,
@@ -164,9 +149,7 @@ class MAGRPOTrainer(GRPOTrainer):
         )  # fmt: skip
         arguments.check_first_rows(self.environment, train_dataset, eval_dataset, args)
 
-        built = build_team(
-            plan, self.tokenizers, agent_init_kwargs, resize_embeddings=bool(resolved["special_tokens"])
-        )
+        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, bool(inputs.special_tokens))
         self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
         reward_funcs = arguments.load_reward_models(
             functions.joint_reward.funcs, args.model_init_kwargs, args.distributed_state.distributed_type != "NO"
@@ -187,7 +170,7 @@ class MAGRPOTrainer(GRPOTrainer):
             args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
         self.beta, self.use_vllm = beta, use_vllm
         functions.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-        for callback in resolved["callbacks"]:
+        for callback in inputs.callbacks:
             self.add_callback(callback)
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
         del self.team.forward
@@ -199,7 +182,12 @@ class MAGRPOTrainer(GRPOTrainer):
         self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
 
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
-        self.generator = build_generator(self)
+        self.generator = build_generator(
+            args, self.team, self.tokenizers, self.agent_eos_token_ids, self.accelerator,
+            trainable=self.trainable_agents, chat_template_kwargs=self.chat_template_kwargs,
+            generation_kwargs=self.generation_kwargs, share_prompts=self.share_prompts,
+            wrapped_model=lambda: self.model_wrapped,
+        )  # fmt: skip
         self._update_seconds, self._update_tokens = 0.0, 0
 
     # ------------------------------------------------------------------ set-up helpers
@@ -223,21 +211,8 @@ class MAGRPOTrainer(GRPOTrainer):
         if prompts:
             self._phase_time["generate"] += time.perf_counter() - start
             self._generated_tokens += sum(len(c) for c in generation.completion_ids)
+            self._truncated_prompts += generation.truncated_prompts
         return generation
-
-    def _sync_turn(self, has_live_nodes: bool, error: BaseException | None) -> bool:
-        """End-of-turn agreement across processes: another turn if any process has live nodes; stop all on failure."""
-        if self.accelerator.num_processes == 1:
-            return local_sync(has_live_nodes, error)
-        flags = torch.tensor([int(has_live_nodes), int(error is not None)], device=self.accelerator.device)
-        live_anywhere, failures = self.accelerator.reduce(flags, reduction="sum").tolist()
-        if failures:
-            messages = gather_object([None if error is None else f"{type(error).__name__}: {error}"])
-            if error is not None:
-                raise error
-            failed = {rank: msg for rank, msg in enumerate(messages) if msg is not None}
-            raise RuntimeError(f"MAGRPOTrainer: the rollout failed on process(es) {sorted(failed)}: {failed}")
-        return bool(live_anywhere)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
@@ -245,7 +220,7 @@ class MAGRPOTrainer(GRPOTrainer):
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         self._phase_time = dict.fromkeys(("sync", "generate", "logps"), 0.0)
         self._generated_tokens = 0
-        self.generator.truncated_prompts = 0
+        self._truncated_prompts = 0
         self.environment.start(self.args.num_turns)
         start = time.perf_counter()
         self.generator.sync_weights(self.state.global_step)  # only after the weights changed
@@ -262,7 +237,7 @@ class MAGRPOTrainer(GRPOTrainer):
             generate=partial(self._generate_for_agent, num_generations=k),
             score=partial(self.environment.score, rows),
             transition=partial(self.environment.next_prompts, rows),
-            sync=self._sync_turn,
+            sync=partial(sync_turn, self.accelerator),
         )
         returns = tree.returns(self.args.discount)
         credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
@@ -272,7 +247,7 @@ class MAGRPOTrainer(GRPOTrainer):
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
-        rows_per_agent = self._rows_per_agent(len(tree.nodes) * k)
+        rows_per_agent = max_over_processes(self.accelerator, len(tree.nodes) * k)
         agent_batches, tokens, sampling = [], 0, []
         for i in range(self.num_agents):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
@@ -285,7 +260,7 @@ class MAGRPOTrainer(GRPOTrainer):
             batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
             if self._corrects_sampling(i):
-                sampling.append(self._add_importance_sampling_ratio(batch))
+                sampling.append(add_importance_sampling_ratio(batch, self.args))
             agent_batches.append(batch)
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
@@ -293,25 +268,14 @@ class MAGRPOTrainer(GRPOTrainer):
             agents = [i for i in range(self.num_agents) if self._corrects_sampling(i)]
             for key, value in reduce_sampling_stats(gather_object([sampling]), agents).items():
                 self._metrics[mode][key].append(value)
-        if self.log_completions:
-            self._log_completion_rows(tree, advantages)
+        if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
+            env = self.environment
+            rows = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
+            self._logs = completion_logs(gather_object(rows))
         if mode == "eval" and self.comlrl_evaluation is not None:  # CoMLRL's eval_logger and eval_aggregator
             for key, value in self.comlrl_evaluation(tree, rows, self.args.num_turns).items():
                 self._metrics[mode][key].append(value)
         return {"agents": agent_batches}
-
-    def _log_completion_rows(self, tree: RolloutTree, advantages: torch.Tensor) -> None:
-        """This generation's completions, for the table GRPOTrainer's `log` prints and sends (`log_completions`)."""
-        names = self.environment.joint_reward.names
-        rows = gather_object(completion_log_rows(tree, advantages, self.environment.action_rewards, names))
-        self._logs = {
-            "images": deque(),
-            "prompt": deque(row["prompt"] for row in rows),
-            "completion": deque(row["completion"] for row in rows),
-            "rewards": {name: deque(row["rewards"][name] for row in rows) for name in names},
-            "advantages": deque(row["advantage"] for row in rows),
-            "extra": {column: deque(row[column] for row in rows) for column in ("agent", "turn")},
-        }
 
     @torch.no_grad()
     def _add_logps(self, agent: int, batch: dict) -> None:
@@ -345,17 +309,6 @@ class MAGRPOTrainer(GRPOTrainer):
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
         return self.use_vllm and self.vllm_importance_sampling_correction and agent in self.trainable_agents
 
-    def _add_importance_sampling_ratio(self, batch: dict) -> dict[str, float]:
-        """`importance_sampling_ratio` for TRL's loss, from the old-policy and the sampler's log-probs."""
-        old, sampled = batch["old_per_token_logps"], batch.pop("sampling_per_token_logps")
-        mask = batch["completion_mask"]
-        ratio = importance_sampling_ratio(
-            old, sampled, mask, self.vllm_importance_sampling_mode, self.vllm_importance_sampling_clip_min,
-            self.vllm_importance_sampling_clip_max,
-        )  # fmt: skip
-        batch["importance_sampling_ratio"] = ratio
-        return sampling_stats(old, sampled, mask, ratio)
-
     # ------------------------------------------------------------------ metrics
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
@@ -374,7 +327,7 @@ class MAGRPOTrainer(GRPOTrainer):
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         for phase, seconds in {**self._phase_time, **self.environment.seconds}.items():
             self._metrics[mode][f"timing/{phase}_s"].append(seconds)
-        truncated = torch.tensor(self.generator.truncated_prompts, device=self.accelerator.device)
+        truncated = torch.tensor(self._truncated_prompts, device=self.accelerator.device)
         self._metrics[mode]["prompts/truncated"].append(int(self.accelerator.gather(truncated).sum()))
         if self._phase_time["generate"] > 0:
             throughput = self._generated_tokens / self._phase_time["generate"]
@@ -387,42 +340,18 @@ class MAGRPOTrainer(GRPOTrainer):
         compute_aux_loss=False, **multimodal,
     ):  # fmt: skip
         """GRPOTrainer's, on rows sorted by length in chunks trimmed of their shared padding; within a chunk, each
-        distinct prompt runs once (`share_prompts`, see `prefix.shared_prompt_logps`).
-
-        Tree rows differ a lot in length (second-turn prompts carry the feedback), so padding every row to the longest
-        wastes compute, and the K rows of a node repeat its prompt. Rotary position embeddings make both exact up to
-        float rounding.
-        """
+        distinct prompt runs once (`share_prompts`): `prefix.chunked_per_token_logps`."""
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal,
             )  # fmt: skip
-        prompt_width = input_ids.size(1) - logits_to_keep
-        chunk_rows = batch_size or self.update_chunk_size
         shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
-        logps, entropies, rows = [], [], []
-        chunks = length_chunks(input_ids, attention_mask, logits_to_keep, chunk_rows, group_prompts=shared)
-        for chunk, start, keep in chunks:
-            if shared:
-                prompt, completion = slice(start, prompt_width), slice(prompt_width, prompt_width + keep)
-                with self.accelerator.autocast():
-                    chunk_logps, chunk_entropies = shared_prompt_logps(
-                        model, input_ids[chunk, prompt], attention_mask[chunk, prompt], input_ids[chunk, completion],
-                        attention_mask[chunk, completion],
-                    )  # fmt: skip
-            else:
-                columns = slice(start, prompt_width + keep)
-                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
-                    model, input_ids[chunk, columns], attention_mask[chunk, columns], keep,
-                    compute_entropy=compute_entropy,
-                )  # fmt: skip
-            logps.append(torch.nn.functional.pad(chunk_logps, (0, logits_to_keep - keep)))
-            if compute_entropy:
-                entropies.append(torch.nn.functional.pad(chunk_entropies, (0, logits_to_keep - keep)))
-            rows.append(chunk)
-        inverse = torch.argsort(torch.cat(rows))
-        return torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if compute_entropy else None, None
+        logps, entropies = chunked_per_token_logps(
+            model, input_ids, attention_mask, logits_to_keep, batch_size or self.update_chunk_size, shared,
+            compute_entropy, super()._get_per_token_logps_and_entropies, self.accelerator.autocast,
+        )  # fmt: skip
+        return logps, entropies, None
 
     def _get_train_sampler(self, dataset=None):
         """GRPOTrainer's sampler, with each epoch's prompt order seeded by the epoch: a resumed run sees the same order."""
@@ -460,13 +389,6 @@ class MAGRPOTrainer(GRPOTrainer):
             self._update_seconds, self._update_tokens = 0.0, 0
         return loss
 
-    def _rows_per_agent(self, rows: int) -> int:
-        """The largest row count of an agent on any process (every agent has the same count: K per node)."""
-        if self.accelerator.num_processes == 1:
-            return rows
-        count = torch.tensor([rows], device=self.accelerator.device)
-        return int(self.accelerator.reduce(count, reduction="max").item())
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """TRL's `_compute_loss` for each agent's rows, in agent order on every process, summed; in chunks of at most
         `update_chunk_size` rows per agent, each weighted so that the chunks add up to the micro-batch's loss.
@@ -480,7 +402,7 @@ class MAGRPOTrainer(GRPOTrainer):
         chunks = update_chunks(inputs, self.update_chunk_size, self.loss_type, group_prompts=self.share_prompts)
         earlier = 0.0  # the loss of the chunks already backpropagated, for the logged value
         for chunk, weights in chunks[:-1]:
-            with self._deferred_gradient_reduction(model):
+            with deferred_gradient_reduction(self.accelerator, model, self.is_deepspeed_enabled):
                 loss = model(run=partial(self._team_loss, chunk, weights))
                 if torch.is_grad_enabled():
                     kwargs = {"scale_wrt_gas": False} if self.is_deepspeed_enabled else {}  # as the Trainer's backward
@@ -488,19 +410,6 @@ class MAGRPOTrainer(GRPOTrainer):
             earlier = earlier + loss.detach()
         chunk, weights = chunks[-1]
         return model(run=partial(self._team_loss, chunk, weights)) + earlier
-
-    @contextlib.contextmanager
-    def _deferred_gradient_reduction(self, model):
-        """No gradient reduction in this block: DDP's `no_sync`, and DeepSpeed outside its accumulation boundary
-        (accelerate's backward then neither reduces nor steps the engine)."""
-        state = self.accelerator.gradient_state
-        sync_gradients = state.sync_gradients
-        state._set_sync_gradients(False)
-        try:
-            with contextlib.nullcontext() if self.is_deepspeed_enabled else self.accelerator.no_sync(model):
-                yield
-        finally:
-            state._set_sync_gradients(sync_gradients)
 
     def _team_loss(self, inputs: list[dict], weights: list[float], team: AgentTeam) -> torch.Tensor:
         loss = 0.0

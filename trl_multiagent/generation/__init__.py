@@ -3,6 +3,8 @@ or one server per agent). `build_generator` picks the one `MAGRPOConfig` asks fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .base import Generator, Sampling
 from .hf import TransformersGenerator
 
@@ -26,34 +28,34 @@ def max_prompt_length(args, model_config) -> int | None:
     return max(min(limits) - args.max_completion_length, 1) if limits else None
 
 
-def build_generator(trainer) -> Generator:
-    """The backend for a `MAGRPOTrainer`, from its config (`use_vllm`, `vllm_mode`) and its team."""
-    args = trainer.args
-    configs = [trainer.team.agent(i).config.get_text_config() for i in range(trainer.num_agents)]
+def build_generator(
+    args, team, tokenizers: list, eos_token_ids: list[list[int]], accelerator, *, trainable: list[int],
+    chat_template_kwargs: dict | None, generation_kwargs: dict, share_prompts: bool, wrapped_model: Callable,
+) -> Generator:  # fmt: skip
+    """The backend `args` asks for (`use_vllm`, `vllm_mode`), for `team`. `wrapped_model` returns the trainer's
+    prepared model (DDP/DeepSpeed wraps it after the generator is built); `trainable` lists the agents whose weights
+    change, which the vLLM engines sync."""
+    configs = [team.agent(i).config.get_text_config() for i in range(team.num_agents)]
+    zero3 = getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3
     common = {
-        "tokenizers": trainer.tokenizers,
-        "eos_token_ids": trainer.agent_eos_token_ids,
-        "chat_template_kwargs": trainer.chat_template_kwargs,
+        "tokenizers": tokenizers,
+        "eos_token_ids": eos_token_ids,
+        "chat_template_kwargs": chat_template_kwargs,
         "vocab_sizes": [config.vocab_size for config in configs],
         "max_prompt_lengths": [max_prompt_length(args, config) for config in configs],
     }
     if not args.use_vllm:
         return TransformersGenerator(
-            **common,
-            wrapped_model=lambda: trainer.model_wrapped,
-            accelerator=trainer.accelerator,
-            generation_kwargs=trainer.generation_kwargs,
-            args=args,
-            zero3=trainer._dist.is_zero3,
-            share_prompts=trainer.share_prompts,
-        )
+            **common, wrapped_model=wrapped_model, accelerator=accelerator, generation_kwargs=generation_kwargs,
+            args=args, zero3=zero3, share_prompts=share_prompts,
+        )  # fmt: skip
     vllm_args = {
         **common,
-        "team": trainer.team,
+        "team": team,
         "args": args,
-        "accelerator": trainer.accelerator,
-        "trainable": trainer.trainable_agents,
-        "zero3": trainer._dist.is_zero3,
+        "accelerator": accelerator,
+        "trainable": trainable,
+        "zero3": zero3,
     }
     if args.vllm_mode == "server":
         from .vllm_server import VLLMServerGenerator

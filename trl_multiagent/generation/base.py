@@ -64,7 +64,8 @@ class Generator:
         self.eos_token_ids = eos_token_ids
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.vocab_sizes = vocab_sizes  # per agent, the size of its embedding: token ids must stay below it
-        # per agent, the longest prompt it is given (None: no limit), and how many prompts were shortened to fit
+        # per agent, the longest prompt it is given (None: no limit); prompts shortened to fit, so far (each
+        # `Generation` carries its own count)
         self.max_prompt_lengths = max_prompt_lengths or [None] * len(tokenizers)
         self.truncated_prompts = 0
 
@@ -118,6 +119,7 @@ class Generator:
     def generate(self, agent: int, prompts: list, num_generations: int, greedy: bool = False) -> Generation:
         """K completions per prompt, prompt-major, each cut after its first EOS (as GRPOTrainer does)."""
         tok = self.tokenizers[agent]
+        counted = self.truncated_prompts
         # A process with nothing left to generate still joins the call, so collectives stay in step across processes.
         prompt_ids = self.tokenize(agent, prompts) if prompts else [[tok.pad_token_id]]
         completions, logps = self._sample(agent, prompt_ids, num_generations, greedy)
@@ -125,10 +127,10 @@ class Generator:
             return Generation([], [], [])
         eos = set(self.eos_token_ids[agent])
         ends = [next((t + 1 for t, token in enumerate(ids) if token in eos), len(ids)) for ids in completions]
-        completion_ids = [list(ids[:end]) for ids, end in zip(completions, ends)]
-        sampling_logps = None if logps is None else [list(lp[:end]) for lp, end in zip(logps, ends)]
+        completion_ids = [list(ids[:end]) for ids, end in zip(completions, ends, strict=True)]
+        sampling_logps = None if logps is None else [list(lp[:end]) for lp, end in zip(logps, ends, strict=True)]
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
-        return Generation(prompt_ids, completion_ids, texts, sampling_logps)
+        return Generation(prompt_ids, completion_ids, texts, sampling_logps, self.truncated_prompts - counted)
 
     def _sample(
         self, agent: int, prompt_ids: list[list[int]], num_generations: int, greedy: bool

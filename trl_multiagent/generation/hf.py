@@ -11,7 +11,7 @@ from trl.models.utils import _unwrap_model_for_generation, add_hooks, remove_hoo
 from trl.trainer.utils import pad
 
 from ..prefix import prefill_applies, prefilled_cache
-from .base import Generator
+from .base import Generator, gathered_parameters
 
 
 class TransformersGenerator(Generator):
@@ -120,9 +120,7 @@ class TransformersGenerator(Generator):
         if not (self.zero3 and self.args.ds3_gather_for_generation):
             yield
             return
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(agent.parameters())):
+        with gathered_parameters(list(agent.parameters()), zero3=True):
             # ZeRO-3's module hooks would release the gathered weights after the first forward (as TRL's own
             # generation context does, they are removed while generating).
             remove_hooks(wrapped)
