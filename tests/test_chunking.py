@@ -98,7 +98,7 @@ def train_one_step(tmp_path, tokenizer, update_chunk_size, **extra):
     )  # fmt: skip
     before = [{k: v.clone() for k, v in a.state_dict().items()} for a in agents]
     trainer.train()
-    steps = [{k: a.state_dict()[k] - v for k, v in b.items()} for a, b in zip(agents, before)]
+    steps = [{k: a.state_dict()[k] - v for k, v in b.items()} for a, b in zip(agents, before, strict=True)]
     return trainer.state.log_history[0], steps
 
 
@@ -113,7 +113,7 @@ def test_chunked_training_step_equals_unchunked(tmp_path, tokenizer, loss_type):
         assert log["turn_2/reward_mean"] == pytest.approx(whole_log["turn_2/reward_mean"], abs=1e-6)  # same rollout
         assert log["loss"] == pytest.approx(whole_log["loss"], rel=1e-4, abs=1e-7)
         moved = 0
-        for chunked, whole in zip(steps, whole_steps):
+        for chunked, whole in zip(steps, whole_steps, strict=True):
             for name, step in whole.items():
                 torch.testing.assert_close(chunked[name], step, rtol=1e-4, atol=1e-5, msg=name)
                 moved += int(step.abs().max() > 1e-5)
@@ -160,7 +160,7 @@ def test_chunks_hold_whole_prompt_groups_despite_inert_rows(tokenizer):
     batch = pad_rows(agent_rows(rows, completions, torch.randn(12, generator=generator), tokenizer.pad_token_id), 14)
     chunks = update_chunks([batch], 4, "grpo")
     assert len(chunks) == 4
-    for (agent_chunks, _), expected_real in zip(chunks, (4, 4, 4, 0)):
+    for (agent_chunks, _), expected_real in zip(chunks, (4, 4, 4, 0), strict=True):
         chunk = agent_chunks[0]
         assert int(chunk["is_real"].sum()) == min(expected_real, len(chunk["is_real"]))
         if expected_real:

@@ -83,7 +83,7 @@ def test_comlrl_script_trains_and_evaluates(tmp_path, tokenizer, tiny_model_dir)
         return row["prompt"]
 
     def ratio_reward(completions1, completions2):
-        return [min(len(a), len(b)) / max(len(a), len(b), 1) for a, b in zip(completions1, completions2)]
+        return [min(len(a), len(b)) / max(len(a), len(b), 1) for a, b in zip(completions1, completions2, strict=True)]
 
     trainer = MAGRPOTrainer(
         agent_model=tiny_model_dir, num_agents=2, tokenizer=tokenizer, model_config={"torch_dtype": "float32"},
@@ -197,7 +197,7 @@ def test_a_script_that_keeps_only_the_signature_keys_keeps_its_learning_rate_and
     data = Dataset.from_dict({"prompt": SEED_PROMPTS})
     trainer = MAGRPOTrainer(
         agent_model=tiny_model_dir, train_dataset=data, eval_dataset=data, args=config,
-        reward_func=lambda a, b: [float(len(x) - len(y)) for x, y in zip(a, b)],
+        reward_func=lambda a, b: [float(len(x) - len(y)) for x, y in zip(a, b, strict=True)],
     )  # fmt: skip
     trainer.train()
     assert set(trainer.lr_scheduler.base_lrs) == {1e-5}  # every parameter group

@@ -151,7 +151,7 @@ def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
     assert info["distributed_type"] == "DistributedType.DEEPSPEED"
     assert_ranks_identical_and_saved(tmp_path, info, weights)
     assert_same(weights[0], ddp_reference, rtol=1e-5, atol=1e-6)
-    own, others, own_at_end = zip(*info["visible_while_generating"])
+    own, others, own_at_end = zip(*info["visible_while_generating"], strict=True)
     assert min(own) > 0
     assert min(own_at_end) > 0  # still gathered after every decoding step: generate's forwards released nothing
     if stage == 3:

@@ -21,7 +21,7 @@ def test_recorder_times_turns_and_parents(tmp_path):
     first = ["x" * 10, "x" * 10]  # agent 2 / agent 1 = 1.0 for both joint answers -> exp(-1)
     second = ["y" * 10, "y" * 25]  # 1.0 and 2.5 -> exp(-1), 1.0
     turn1 = reward(first, second, prompts=[["Task"] * 2, ["Task"] * 2])
-    children = [transition("Task", [a, b], 2) for a, b in zip(first, second)]
+    children = [transition("Task", [a, b], 2) for a, b in zip(first, second, strict=True)]
     turn2 = reward(["z" * 4, "z" * 4], ["z" * 8, "z" * 4],
                    prompts=[[c[0] for c in children], [c[1] for c in children]])  # fmt: skip
     recorder.file.close()

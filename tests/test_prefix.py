@@ -251,7 +251,7 @@ def train_one_step(tmp_path, tokenizer, share_prompts, checkpointing=None):
     assert trainer.share_prompts is share_prompts
     before = [{k: v.clone() for k, v in a.state_dict().items()} for a in agents]
     trainer.train()
-    steps = [{k: a.state_dict()[k] - v for k, v in b.items()} for a, b in zip(agents, before)]
+    steps = [{k: a.state_dict()[k] - v for k, v in b.items()} for a, b in zip(agents, before, strict=True)]
     return trainer.state.log_history[0], steps
 
 
@@ -266,7 +266,7 @@ def test_training_step_with_shared_prompts_equals_plain_step(tmp_path, tokenizer
         assert shared_log[key] == pytest.approx(plain_log[key], abs=1e-6), key  # the same rollout
     assert shared_log["loss"] == pytest.approx(plain_log["loss"], rel=1e-4, abs=1e-6)
     moved = 0
-    for plain, shared in zip(plain_steps, shared_steps):
+    for plain, shared in zip(plain_steps, shared_steps, strict=True):
         for name, step in plain.items():
             torch.testing.assert_close(shared[name], step, rtol=1e-3, atol=1e-6, msg=name)
             moved += int(step.abs().sum() > 0)

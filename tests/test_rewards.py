@@ -69,7 +69,10 @@ def test_a_comlrl_reward_called_per_joint_action_gives_the_batched_rewards(tmp_p
         return [float(abs(len(completions2[0]) - batch_items[0]["target"]) - len(completions1[0]))]
 
     def batched_reward(completions1, completions2, batch_items):
-        return [float(abs(len(b) - r["target"]) - len(a)) for a, b, r in zip(completions1, completions2, batch_items)]
+        return [
+            float(abs(len(b) - r["target"]) - len(a))
+            for a, b, r in zip(completions1, completions2, batch_items, strict=True)
+        ]
 
     per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_func=comlrl_reward)
     batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_func=batched_reward)
@@ -124,7 +127,7 @@ def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
         assert all(len(c) == 1 and c[0]["role"] == "assistant" for c in completions)
         assert all(
             len(tokenizer.decode(i, skip_special_tokens=True)) <= len(c[0]["content"]) + 6
-            for i, c in zip(ids, completions)
+            for i, c in zip(ids, completions, strict=True)
         )
         assert answers[0] == answers[1] != answers[2] == answers[3]  # the two rows' column, K times each
     # each agent saw its own completions: the two calls' texts differ (different models)

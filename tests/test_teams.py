@@ -79,7 +79,7 @@ def test_shared_base_lora_gradients_with_checkpointing(tmp_path, tokenizer, n):
     reference = team_gradients(trainer, inputs, separately=True)
     for i in range(n):
         assert len(joint[i]) == 2 * 4 * 2  # A and B of 4 target modules in 2 layers
-        for g, r in zip(joint[i], reference[i]):
+        for g, r in zip(joint[i], reference[i], strict=True):
             assert r.abs().sum() > 0
             torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-8)
 
@@ -88,7 +88,11 @@ def test_shared_base_lora_gradients_with_checkpointing(tmp_path, tokenizer, n):
     team._checkpoint_kwargs = lambda kwargs: {**(kwargs or {}), "use_reentrant": False}
     team.activation_checkpointing_enable()
     broken = team_gradients(trainer, inputs, separately=False)
-    wrong = [i for i in range(n) if any(not torch.allclose(g, r, rtol=1e-3) for g, r in zip(broken[i], reference[i]))]
+    wrong = [
+        i
+        for i in range(n)
+        if any(not torch.allclose(g, r, rtol=1e-3) for g, r in zip(broken[i], reference[i], strict=True))
+    ]
     assert wrong == list(range(1, n))  # every agent but the one whose adapter is active during backward
 
 
@@ -101,9 +105,11 @@ def test_shared_base_trains_every_adapter_and_saves_adapters(tmp_path, tokenizer
     trainer.train()
     after = [adapter_state(trainer, i) for i in range(2)]
     for i in range(2):
-        assert any(not torch.equal(a, b) for a, b in zip(before[i], after[i])), f"adapter {i} did not train"
+        assert any(not torch.equal(a, b) for a, b in zip(before[i], after[i], strict=True)), (
+            f"adapter {i} did not train"
+        )
     # adapters differ from each other, and the base weights did not move
-    assert any(not torch.equal(a, b) for a, b in zip(after[0], after[1]))
+    assert any(not torch.equal(a, b) for a, b in zip(after[0], after[1], strict=True))
     for k, v in trainer.team.agent(0).get_base_model().state_dict().items():
         if k in base_before:
             assert torch.equal(v, base_before[k]), k
@@ -114,7 +120,7 @@ def test_shared_base_trains_every_adapter_and_saves_adapters(tmp_path, tokenizer
         loaded = PeftModel.from_pretrained(make_model(tokenizer, seed=0), out / f"agent_{i}")
         loaded_params = [p for n, p in loaded.named_parameters() if "lora_" in n]
         assert len(loaded_params) == len(after[i])
-        for p, q in zip(loaded_params, after[i]):
+        for p, q in zip(loaded_params, after[i], strict=True):
             assert torch.equal(p, q)
 
     # merged full weights: same outputs as the base with that agent's adapter
@@ -149,7 +155,7 @@ def test_shared_base_resume_restores_trainable_adapters(tmp_path, tokenizer):
     resumed = run("resumed", resume=str(tmp_path / "part" / "run" / "checkpoint-2"))
     for i in range(2):
         assert all(p.requires_grad for p in resumed.team.agent_parameters(i))
-        for a, b in zip(adapter_state(full, i), adapter_state(resumed, i)):
+        for a, b in zip(adapter_state(full, i), adapter_state(resumed, i), strict=True):
             torch.testing.assert_close(a, b)
 
 
@@ -167,8 +173,8 @@ def test_frozen_agent_is_bit_identical(tmp_path, tokenizer, shared):
     before = [adapter_state(trainer, i) for i in range(2)]
     trainer.train()
     after = [adapter_state(trainer, i) for i in range(2)]
-    assert all(torch.equal(a, b) for a, b in zip(before[0], after[0]))
-    assert any(not torch.equal(a, b) for a, b in zip(before[1], after[1]))
+    assert all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(before[1], after[1], strict=True))
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -219,13 +225,13 @@ def test_heterogeneous_team_llama_and_qwen2(tmp_path):
     out = tmp_path / "saved"
     trainer.save_model(str(out))
     text = "Describe a city in the clouds:"
-    for i, (tok, agent) in enumerate(zip([tok_a, tok_b], agents)):
+    for i, (tok, agent) in enumerate(zip([tok_a, tok_b], agents, strict=True)):
         # PreTrainedTokenizerFast: AutoTokenizer would swap in Qwen2's own pre-tokenizer for the qwen2 config
         reloaded_tok = PreTrainedTokenizerFast.from_pretrained(out / f"agent_{i}")
         assert reloaded_tok(text)["input_ids"] == tok(text)["input_ids"]
         reloaded = AutoModelForCausalLM.from_pretrained(out / f"agent_{i}")
         assert type(reloaded) is type(agent)
-        for (name, p), q in zip(agent.state_dict().items(), reloaded.state_dict().values()):
+        for (name, p), q in zip(agent.state_dict().items(), reloaded.state_dict().values(), strict=True):
             assert torch.equal(p, q), name
 
 
@@ -247,9 +253,11 @@ def test_separate_bases_each_with_an_adapter(tmp_path, tokenizer):
     trainer.save_model(str(out))
     for i in range(2):
         trained = lora_params(i)
-        assert any(not torch.equal(a, b) for a, b in zip(before[i], trained)), f"adapter {i} did not train"
+        assert any(not torch.equal(a, b) for a, b in zip(before[i], trained, strict=True)), (
+            f"adapter {i} did not train"
+        )
         loaded = PeftModel.from_pretrained(make_model(tokenizer, seed=i), out / f"agent_{i}")
-        for p, q in zip([p for n, p in loaded.named_parameters() if "lora_" in n], trained):
+        for p, q in zip([p for n, p in loaded.named_parameters() if "lora_" in n], trained, strict=True):
             assert torch.equal(p, q)
         # the base weights of each agent stayed as they were
         base_before = make_model(tokenizer, seed=i).state_dict()

@@ -111,7 +111,7 @@ def test_save_model_writes_loadable_agents(tmp_path, tokenizer):
     trainer.save_model(str(out))
     for i, agent in enumerate(agents):
         loaded = AutoModelForCausalLM.from_pretrained(out / f"agent_{i}")
-        for (name, p), q in zip(agent.state_dict().items(), loaded.state_dict().values()):
+        for (name, p), q in zip(agent.state_dict().items(), loaded.state_dict().values(), strict=True):
             assert torch.equal(p, q), name
     # the agents did train, and differently from each other
     fresh = make_model(tokenizer, seed=0)
@@ -144,7 +144,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tokenizer):
     assert run(tmp_path / "part", interrupt=True).state.global_step == 2  # interrupted after saving checkpoint-2
     resumed = run(tmp_path / "resumed", resume=str(tmp_path / "part" / "checkpoint-2"))
     assert resumed.state.global_step == 4
-    for a, b in zip(full, _final_weights(resumed)):
+    for a, b in zip(full, _final_weights(resumed), strict=True):
         for name in a:
             torch.testing.assert_close(a[name], b[name], msg=name)
 

@@ -16,9 +16,10 @@ from transformers.utils import logging
 from trl.data_utils import is_conversational
 
 from . import comlrl
-from .assembly import TeamPlan, plan_team
+from .assembly import TeamPlan, load_tokenizers, plan_team
 from .callables import Transition, callable_name, check_prompt
 from .devices import has_accelerator
+from .environment import TeamEnvironment
 from .generation.vllm_settings import check_vllm_team
 from .rewards import JointReward, check_agent_reward_aggregation
 
@@ -141,9 +142,16 @@ class UserFunctions:
 
 
 def user_functions(
-    args, num_agents: int, reward_func, reward_funcs, external_transition, formatters, train_dataset, eval_dataset,
+    args,
+    num_agents: int,
+    reward_func,
+    reward_funcs,
+    external_transition,
+    formatters,
+    train_dataset,
+    eval_dataset,
     reward_processor,
-) -> UserFunctions:  # fmt: skip
+) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns."""
     if reward_func is not None and reward_funcs is not None:
@@ -216,16 +224,35 @@ class PreparedInputs:
     special_tokens: dict | None  # CoMLRL's `model_config["special_tokens"]`
     evaluation: object  # CoMLRL's eval_logger and eval_aggregator (`comlrl.Evaluation`), or None
     callbacks: list  # added once the Trainer exists
+    tokenizers: list  # one per agent, loaded (with the special tokens added)
+    environment: TeamEnvironment  # what the rollout calls
 
 
 def prepare(
-    args, *, agents, model, num_agents, tokenizer, processing_class, reward_func, reward_funcs, external_transition,
-    formatters, train_dataset, eval_dataset, peft_config, quantization_config, tools, rollout_func,
-    environment_factory, comlrl_arguments,
-) -> PreparedInputs:  # fmt: skip
+    args,
+    *,
+    agents,
+    model,
+    num_agents,
+    tokenizer,
+    processing_class,
+    reward_func,
+    reward_funcs,
+    external_transition,
+    formatters,
+    train_dataset,
+    eval_dataset,
+    peft_config,
+    quantization_config,
+    tools,
+    rollout_func,
+    environment_factory,
+    comlrl_arguments,
+) -> PreparedInputs:
     """Check and resolve the trainer's arguments in the order a user meets the problems: the config (again: a field
     may have been set after it was built), GRPOTrainer's own arguments, CoMLRL's, the team, the user's functions and
-    datasets."""
+    datasets; then load the tokenizers (small: the first prompts need them, chat messages a chat template) and check
+    the first rows' prompts and one placeholder call of the user's functions. No model is loaded yet."""
     from .config import MAGRPOConfig  # the config imports nothing of the trainer's
 
     args = args if args is not None else MAGRPOConfig("MAGRPO")
@@ -234,9 +261,14 @@ def prepare(
     args.check()
     check_grpo_arguments(tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
     resolved = comlrl.trainer_arguments(
-        comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, formatters=formatters,
+        comlrl_arguments,
+        args,
+        agents=agents,
+        model=model,
+        num_agents=num_agents,
+        formatters=formatters,
         eval_dataset=eval_dataset,
-    )  # fmt: skip
+    )
     args, eval_dataset = resolved["args"], resolved["eval_dataset"]
     tokenizers = tokenizer if tokenizer is not None else processing_class
     plan = plan_team(agents, resolved["model"], resolved["num_agents"], tokenizers, peft_config, args.trainable_agents)
@@ -245,10 +277,33 @@ def prepare(
     if args.use_vllm:
         check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
     functions = user_functions(
-        args, plan.num_agents, reward_func, reward_funcs, external_transition, resolved["formatters"], train_dataset,
-        eval_dataset, resolved["reward_processor"],
-    )  # fmt: skip
+        args,
+        plan.num_agents,
+        reward_func,
+        reward_funcs,
+        external_transition,
+        resolved["formatters"],
+        train_dataset,
+        eval_dataset,
+        resolved["reward_processor"],
+    )
+    tokenizers = load_tokenizers(plan)
+    comlrl.add_special_tokens(tokenizers, resolved["special_tokens"])
+    later_turns = comlrl.formats_later_turns(functions.formatters, args)
+    environment = TeamEnvironment(
+        functions.joint_reward, functions.transition, functions.formatters, later_turns, tokenizers
+    )
+    check_first_rows(environment, train_dataset, eval_dataset, args)
+    special_tokens, evaluation, callbacks = resolved["special_tokens"], resolved["evaluation"], resolved["callbacks"]
     return PreparedInputs(
-        args, eval_dataset, plan, agent_init_kwargs, functions, resolved["special_tokens"], resolved["evaluation"],
-        resolved["callbacks"],
-    )  # fmt: skip
+        args,
+        eval_dataset,
+        plan,
+        agent_init_kwargs,
+        functions,
+        special_tokens,
+        evaluation,
+        callbacks,
+        tokenizers,
+        environment,
+    )

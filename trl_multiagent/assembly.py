@@ -50,7 +50,7 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
     n = len(specs)
     peft_configs = _peft_config_list(peft_config, n)
     labels = [f"agents[{i}]" for i in range(n)] if agents is not None else ["model"] * n
-    for spec, label in zip(specs, labels):
+    for spec, label in zip(specs, labels, strict=True):
         _check_spec(spec, label)
     trainable = _trainable_list(trainable_agents, n)
     shared_base = peft_configs is not None and model is not None
@@ -136,10 +136,10 @@ def _assemble(models: list, peft_configs: list | None, shared_base: bool) -> Age
     from peft import get_peft_model
 
     if not shared_base:
-        return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs)])
+        return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs, strict=True)])
     names = [f"agent_{i}" for i in range(len(peft_configs))]
     peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
-    for name, config in zip(names[1:], peft_configs[1:]):
+    for name, config in zip(names[1:], peft_configs[1:], strict=True):
         peft_model.add_adapter(name, config)
     # Every adapter trains at once; PEFT leaves only the active one trainable.
     for param_name, param in peft_model.named_parameters():

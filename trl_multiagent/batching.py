@@ -15,8 +15,12 @@ from trl.trainer.utils import pad
 
 # Keys whose second dimension runs over completion tokens.
 COMPLETION_KEYS = (
-    "completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio",
-)  # fmt: skip
+    "completion_ids",
+    "completion_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "importance_sampling_ratio",
+)
 
 
 def agent_rows(
@@ -42,9 +46,14 @@ def agent_rows(
 
 
 def tree_rows(
-    tree, agent: int, advantages: torch.Tensor, pad_token_id: int, eos_token_ids: list[int] | None,
-    sampling_logps: bool = False, device: torch.device | str = "cpu",
-) -> dict[str, torch.Tensor]:  # fmt: skip
+    tree,
+    agent: int,
+    advantages: torch.Tensor,
+    pad_token_id: int,
+    eos_token_ids: list[int] | None,
+    sampling_logps: bool = False,
+    device: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:
     """One agent's rows of a rollout tree (`rollout.RolloutTree`): each node's prompt once per completion, node-major,
     with `advantages` of shape ``(nodes, agents, K)``. With `eos_token_ids` (TRL's `mask_truncated_completions`), a
     completion that does not end with one of them has its mask zeroed. With `sampling_logps`, the sampler's per-token
@@ -148,9 +157,12 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
 
 
 def length_chunks(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, chunk_rows: int,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    chunk_rows: int,
     group_prompts: bool = True,
-) -> list[tuple[torch.Tensor, int, int]]:  # fmt: skip
+) -> list[tuple[torch.Tensor, int, int]]:
     """Rows sorted by length and cut into chunks of `chunk_rows`, each with the padding its rows share removed.
 
     With `group_prompts`, rows are ordered by prompt length, then prompt (rows that continue the same prompt sit

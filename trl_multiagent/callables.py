@@ -38,17 +38,19 @@ def _pick_keywords(func: Callable, available: dict[str, Any]) -> dict[str, Any]:
     return dict(available) if takes_any else {k: v for k, v in available.items() if k in names}
 
 
-def _unknown_parameters(func: Callable, args: Sequence, keywords: dict[str, Any], passed: Sequence[str],
-                        columns: Sequence[str]) -> str:  # fmt: skip
+def _unknown_parameters(
+    func: Callable, args: Sequence, keywords: dict[str, Any], passed: Sequence[str], columns: Sequence[str]
+) -> str:
     """Why a call with `args` and `keywords` leaves a required parameter unbound: it names neither a keyword the
     trainer passes nor a dataset column (the usual cause is a column the dataset lacks); "" when none is left."""
     params = list(inspect.signature(func).parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     filled = {p.name for p in positional[: len(args)]} | set(keywords)
     unknown = [
-        p.name for p in params
+        p.name
+        for p in params
         if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in filled
-    ]  # fmt: skip
+    ]
     if not unknown:
         return ""
     return (
@@ -101,8 +103,9 @@ class Transition:
             "these names, in any order, or as its first three positional parameters"
         )
         if not self.by_name:
-            positional = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY,
-                                                                                      p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+            positional = [
+                p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
             misplaced = [k for i, k in enumerate(self.REQUIRED) if k in names and positional.index(k) != i]
             if misplaced:
                 raise TypeError(f"{convention}; it names {misplaced} at another position.")
@@ -119,7 +122,7 @@ class Transition:
         required = (prompt, agent_completions, self.num_agents)
         keywords = _pick_keywords(self.func, history)
         if self.by_name:
-            return (), {**dict(zip(self.REQUIRED, required)), **keywords}
+            return (), {**dict(zip(self.REQUIRED, required, strict=True)), **keywords}
         return required, {k: v for k, v in keywords.items() if k not in self.REQUIRED}
 
     def __call__(self, prompt, agent_completions: list[str], turn: int, history: dict[str, Any]) -> list:

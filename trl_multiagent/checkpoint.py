@@ -15,7 +15,7 @@ import re
 import torch
 from safetensors.torch import load_file
 from transformers.trainer import load_sharded_checkpoint
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
 
@@ -93,8 +93,11 @@ def checkpoints_by_step(output_dir: str) -> list[str]:
     """The `checkpoint-N` folders of a run, newest first."""
     pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
     found = [(int(m.group(1)), name) for name in os.listdir(output_dir) if (m := pattern.match(name))]
-    return [os.path.join(output_dir, name) for _, name in sorted(found, reverse=True)
-            if os.path.isdir(os.path.join(output_dir, name))]  # fmt: skip
+    return [
+        os.path.join(output_dir, name)
+        for _, name in sorted(found, reverse=True)
+        if os.path.isdir(os.path.join(output_dir, name))
+    ]
 
 
 def resolve_resume(output_dir: str, resume_from_checkpoint: bool | str) -> str | None:
@@ -174,3 +177,15 @@ def load_team(team, folder: str) -> None:
             load_adapter_weights(team.agent(i), source, "default")
         else:
             load_agent_weights(team.agent(i), source)
+
+
+def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, best_model_checkpoint) -> None:
+    """Mark `checkpoint-{step}` complete (every process has written it), then rotate: `save_total_limit` never deletes
+    a complete checkpoint while the newest one is still being written."""
+    mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"))
+    rotate_checkpoints(
+        output_dir=run_dir,
+        save_total_limit=save_total_limit,
+        best_model_checkpoint=best_model_checkpoint,
+        use_mtime=True,
+    )

@@ -73,4 +73,4 @@ def update_chunks(
         cuts = length_chunks(input_ids, attention_mask, batch["completion_ids"].size(1), chunk_rows, group_prompts)
         chunks = [trim(take_rows(batch, rows)) for rows, _, _ in cuts]
         per_agent.append([(chunk, chunk_weight(loss_type, chunk, batch)) for chunk in chunks])
-    return [tuple(map(list, zip(*chunk))) for chunk in zip(*per_agent)]
+    return [tuple(map(list, zip(*chunk, strict=True))) for chunk in zip(*per_agent, strict=True)]

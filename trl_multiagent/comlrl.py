@@ -313,19 +313,24 @@ def formats_later_turns(formatters, args) -> bool:
 def format_later_turn(formatters, row: dict, prompts: list) -> list:
     """Each agent's next prompt as CoMLRL writes it: its formatter on the row whose `prompt` is the transition's."""
     return [
-        f({**row, "prompt": p}, external_prompts=p) if "external_prompts" in inspect.signature(f).parameters
+        f({**row, "prompt": p}, external_prompts=p)
+        if "external_prompts" in inspect.signature(f).parameters
         else f({**row, "prompt": p})
         for f, p in zip(formatters, prompts, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs", "special_tokens")
 # wandb_config keys CoMLRL 1.4.3 reads, and the environment variable each becomes (transformers' WandbCallback and
 # wandb read them); `name`/`run_name`, `tags` and `config_sections` are handled apart.
 WANDB_ENVIRONMENT = {
-    "project": "WANDB_PROJECT", "entity": "WANDB_ENTITY", "dir": "WANDB_DIR", "mode": "WANDB_MODE",
-    "id": "WANDB_RUN_ID", "resume": "WANDB_RESUME",
-}  # fmt: skip
+    "project": "WANDB_PROJECT",
+    "entity": "WANDB_ENTITY",
+    "dir": "WANDB_DIR",
+    "mode": "WANDB_MODE",
+    "id": "WANDB_RUN_ID",
+    "resume": "WANDB_RESUME",
+}
 WANDB_KEYS = (*WANDB_ENVIRONMENT, "name", "run_name", "tags", "config_sections")
 
 
@@ -390,9 +395,17 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
         eval_dataset = eval_dataset.select(range(max(samples, 1)))  # CoMLRL evaluates one item even at 0
     if no_evaluation:
         args.eval_strategy, args.eval_on_start = "no", False
-    return {"args": args, "model": model, "num_agents": num_agents, "formatters": formatters,
-            "reward_processor": reward_processor, "eval_dataset": eval_dataset, "special_tokens": special_tokens,
-            "evaluation": evaluation, "callbacks": callbacks}  # fmt: skip
+    return {
+        "args": args,
+        "model": model,
+        "num_agents": num_agents,
+        "formatters": formatters,
+        "reward_processor": reward_processor,
+        "eval_dataset": eval_dataset,
+        "special_tokens": special_tokens,
+        "evaluation": evaluation,
+        "callbacks": callbacks,
+    }
 
 
 def _check_agent_model_names(agent_model, agents) -> None:

@@ -41,15 +41,22 @@ class TeamEnvironment:
         formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
         formats_later_turns: the formatters also format each later turn's prompt (CoMLRL's rule, see `comlrl`).
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
-        trainer_state: returns the trainer's state, passed to the reward as `trainer_state`.
+
+    `trainer_state` returns what the reward gets as `trainer_state`: a fresh `TrainerState` until the trainer sets
+    its own.
     """
 
     def __init__(
-        self, joint_reward: JointReward, transition: Transition | None, formatters: list | None,
-        formats_later_turns: bool, tokenizers: list, trainer_state: Callable[[], TrainerState],
-    ):  # fmt: skip
+        self,
+        joint_reward: JointReward,
+        transition: Transition | None,
+        formatters: list | None,
+        formats_later_turns: bool,
+        tokenizers: list,
+    ):
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
-        self.formats_later_turns, self.tokenizers, self.trainer_state = formats_later_turns, tokenizers, trainer_state
+        self.formats_later_turns, self.tokenizers = formats_later_turns, tokenizers
+        self.trainer_state: Callable[[], TrainerState] = TrainerState
         self.num_agents = len(tokenizers)
         self.start(num_turns=1)
 

@@ -96,8 +96,12 @@ def add_importance_sampling_ratio(batch: dict, args) -> dict[str, float]:
     statistics of TRL's `sampling/*` metrics."""
     old, sampled, mask = batch["old_per_token_logps"], batch.pop("sampling_per_token_logps"), batch["completion_mask"]
     ratio = importance_sampling_ratio(
-        old, sampled, mask, args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_min,
+        old,
+        sampled,
+        mask,
+        args.vllm_importance_sampling_mode,
+        args.vllm_importance_sampling_clip_min,
         args.vllm_importance_sampling_clip_max,
-    )  # fmt: skip
+    )
     batch["importance_sampling_ratio"] = ratio
     return sampling_stats(old, sampled, mask, ratio)

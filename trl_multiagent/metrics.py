@@ -24,24 +24,32 @@ class RolloutStats:
     reward_values: dict[int, list[list[float]]] = field(default_factory=dict)  # turn -> per function, scored values
     # (function, agent) -> a per-agent reward's values for that agent (TRL's convention, see `rewards`)
     agent_reward_values: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    tokens: int = 0  # prompt and completion tokens of the rows, every agent
+    truncated_prompts: int = 0  # prompts shortened to `max_prompt_length`
 
 
 def rollout_stats(
     tree: RolloutTree,
     returns: list[float],
     credited: torch.Tensor,
-    completion_lengths: list[list[int]],
     reward_values: dict[int, list[list[float]]],
     agent_reward_values: dict[tuple[int, int], list[float]] | None = None,
+    tokens: int = 0,
+    truncated_prompts: int = 0,
 ) -> RolloutStats:
     actions = [(tree.nodes[a.node].turn, a.reward, returns[j]) for j, a in enumerate(tree.joint_actions)]
+    num_agents = len(tree.nodes[0].completion_ids) if tree.nodes else 0
     return RolloutStats(
         actions=actions,
         nodes=[(node.turn, node.terminated) for node in tree.nodes],
         zero_std_groups=(credited.flatten(0, 1).std(dim=1) < 1e-8).tolist() if credited.size(-1) > 1 else [],
-        completion_lengths=completion_lengths,
+        completion_lengths=[
+            [len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(num_agents)
+        ],
         reward_values=reward_values,
-        agent_reward_values=agent_reward_values or {},
+        agent_reward_values=dict(agent_reward_values or {}),
+        tokens=tokens,
+        truncated_prompts=truncated_prompts,
     )
 
 
@@ -91,6 +99,7 @@ def rollout_metrics(
     metrics["completions/min_length"] = float(min(all_lengths))
     metrics["completions/max_length"] = float(max(all_lengths))
     metrics["completions/clipped_ratio"] = _mean([n >= max_completion_length for n in all_lengths])
+    metrics["prompts/truncated"] = sum(s.truncated_prompts for s in stats)
     return metrics
 
 
@@ -107,9 +116,15 @@ def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, action_rewa
                     values = [action_rewards[a][f] for a in actions if action_rewards[a][f] is not None]
                     rewards[name] = _mean(values) if values else None
                 rows.append(
-                    {"agent": i, "turn": node.turn, "prompt": node.prompts[i], "completion": completion,
-                     "advantage": float(advantages[n, i, k]), "rewards": rewards}
-                )  # fmt: skip
+                    {
+                        "agent": i,
+                        "turn": node.turn,
+                        "prompt": node.prompts[i],
+                        "completion": completion,
+                        "advantage": float(advantages[n, i, k]),
+                        "rewards": rewards,
+                    }
+                )
     return rows
 
 

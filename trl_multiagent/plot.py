@@ -88,8 +88,14 @@ def _points_and_trend(ax, steps: list, values: list[float], label: str):
         return line
     (line,) = ax.plot(steps, values, "o", markersize=3, alpha=0.45, label=f"{label} (per step)")
     window = max(3, len(values) // 8) | 1  # odd, so the average is centred on its step
-    ax.plot(steps, smooth(values, window), "-", linewidth=2, color=line.get_color(),
-            label=f"{label} ({window}-step moving average)")  # fmt: skip
+    ax.plot(
+        steps,
+        smooth(values, window),
+        "-",
+        linewidth=2,
+        color=line.get_color(),
+        label=f"{label} ({window}-step moving average)",
+    )
     return line
 
 
@@ -145,8 +151,8 @@ def plot_run(
         line = _points_and_trend(reward_ax, steps, values, f"turn {turn}")
         std = _std(log_history, turn, steps)
         if std is not None:
-            low = [v - s for v, s in zip(values, std)]
-            high = [v + s for v, s in zip(values, std)]
+            low = [v - s for v, s in zip(values, std, strict=True)]
+            high = [v + s for v, s in zip(values, std, strict=True)]
             reward_ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, linewidth=0)
     for agent, (steps, values) in agents.items():
         _points_and_trend(length_ax, steps, values, f"agent {agent}")

@@ -211,8 +211,14 @@ def shared_prompt_logps(
         recorded = Cache(layer_class_to_replicate=_RecordingLayer)
         model(input_ids=prefix_ids, attention_mask=prefix_mask, cache=recorded, logits_to_keep=1)
         prefix = Cache(layers=[_PrefixLayer(layer.keys[group], layer.values[group]) for layer in recorded.layers])
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=prefix,
-                    labels=labels, fused_lm_head=True)  # fmt: skip
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=prefix,
+            labels=labels,
+            fused_lm_head=True,
+        )
     return out.log_probs, out.entropy
 
 
@@ -232,8 +238,14 @@ def prefilled_cache(
     prefix_ids, prefix_mask = _prefix_inputs(input_ids, attention_mask, first)
     # The positions `generate` gives a left-padded prompt: counted from its first real token.
     position_ids = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)
-    model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids, cache=cache, use_cache=True,
-          logits_to_keep=1)  # fmt: skip
+    model(
+        input_ids=prefix_ids,
+        attention_mask=prefix_mask,
+        position_ids=position_ids,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache.batch_select_indices(group)
     return cache
 
@@ -255,9 +267,16 @@ def prompt_sharing(team, requested: bool) -> bool:
 
 
 def chunked_per_token_logps(
-    model, input_ids, attention_mask, logits_to_keep: int, chunk_rows: int, shared: bool, compute_entropy: bool,
-    plain_logps, autocast,
-):  # fmt: skip
+    model,
+    input_ids,
+    attention_mask,
+    logits_to_keep: int,
+    chunk_rows: int,
+    shared: bool,
+    compute_entropy: bool,
+    plain_logps,
+    autocast,
+):
     """Per-token log-probs (and entropies) of rows sorted by length, in chunks of at most `chunk_rows` trimmed of
     their shared padding; within a chunk, each distinct prompt runs once when `shared` (`shared_prompt_logps`),
     else `plain_logps(model, ids, mask, keep, compute_entropy=...)` (GRPOTrainer's) runs on the chunk. The rows come
@@ -274,9 +293,12 @@ def chunked_per_token_logps(
             prompt, completion = slice(start, prompt_width), slice(prompt_width, prompt_width + keep)
             with autocast():
                 chunk_logps, chunk_entropies = shared_prompt_logps(
-                    model, input_ids[chunk, prompt], attention_mask[chunk, prompt], input_ids[chunk, completion],
+                    model,
+                    input_ids[chunk, prompt],
+                    attention_mask[chunk, prompt],
+                    input_ids[chunk, completion],
                     attention_mask[chunk, completion],
-                )  # fmt: skip
+                )
         else:
             columns = slice(start, prompt_width + keep)
             chunk_logps, chunk_entropies, _ = plain_logps(

@@ -112,9 +112,14 @@ class JointReward:
     KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items")
 
     def __init__(
-        self, funcs: Sequence[Callable], weights: Sequence[float] | None, num_agents: int, columns: Sequence[str] = (),
-        processor: Callable[[float], float] | None = None, agent_aggregation="mean",
-    ):  # fmt: skip
+        self,
+        funcs: Sequence[Callable],
+        weights: Sequence[float] | None,
+        num_agents: int,
+        columns: Sequence[str] = (),
+        processor: Callable[[float], float] | None = None,
+        agent_aggregation="mean",
+    ):
         self.funcs = list(funcs)
         self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
         self.agent_aggregation = agent_aggregation
@@ -141,9 +146,11 @@ class JointReward:
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
             self.one_list[f] = num_agents > 1 and _positional_count(func) == 1
             args = [[]] if self.one_list[f] else [[]] * num_agents
-            shape = "one list of the agents' completion lists" if self.one_list[f] else (
-                f"{num_agents} positional lists of completions (one per agent)"
-            )  # fmt: skip
+            shape = (
+                "one list of the agents' completion lists"
+                if self.one_list[f]
+                else (f"{num_agents} positional lists of completions (one per agent)")
+            )
             self._check_binds(func, name, args, (), columns, f"with {shape}")
 
     def _check_binds(self, func, name, args, required, columns, how: str) -> None:
@@ -171,15 +178,18 @@ class JointReward:
         )
 
     def __call__(
-        self, completions: list[list[str]], turn: int, keywords: dict[str, Any],
+        self,
+        completions: list[list[str]],
+        turn: int,
+        keywords: dict[str, Any],
         completion_ids: list[list[list[int]]] | None = None,
-    ) -> tuple[list[float], list, dict[int, list[list[float | None]]]]:  # fmt: skip
+    ) -> tuple[list[float], list, dict[int, list[list[float | None]]]]:
         """Joint reward per joint action (weighted sum over functions, of the processed values), each function's
         joint values, and each per-agent function's values per agent (function index -> [agent][joint action])."""
         count = len(completions[0])
         keywords = {**keywords, "turn": turn}
         per_func, per_agent = [], {}
-        for f, (func, name) in enumerate(zip(self.funcs, self.names, strict=True)):
+        for f in range(len(self.funcs)):
             if not self._ready(f):
                 continue  # a reward model not loaded yet: the build-time check runs before GRPOTrainer prepares it
             if self.per_agent[f]:

@@ -140,8 +140,9 @@ def run_rollout(
         # stops the other processes too, instead of leaving them waiting in the next collective.
         try:
             for agent in range(num_agents):
-                _add_generation(tree, live, agent, generate(agent, [tree.nodes[n].prompts[agent] for n in live]),
-                                num_generations)  # fmt: skip
+                _add_generation(
+                    tree, live, agent, generate(agent, [tree.nodes[n].prompts[agent] for n in live]), num_generations
+                )
             new_actions = []
             for n in live:
                 for choice in choices:

@@ -125,11 +125,15 @@ def summary_lines(log_history: list[dict]) -> list[str]:
     for turn, values in turns.items():
         c = quarter_change(values)
         if math.isnan(c.se):
-            lines.append(f"  turn {turn} reward  {c.first:.3f} -> {c.last:.3f}: {c.verdict} "
-                         f"({_count(c.steps, 'step')}; needs {MIN_STEPS})")  # fmt: skip
+            lines.append(
+                f"  turn {turn} reward  {c.first:.3f} -> {c.last:.3f}: {c.verdict} "
+                f"({_count(c.steps, 'step')}; needs {MIN_STEPS})"
+            )
         else:
-            lines.append(f"  turn {turn} reward  {c.first:.3f} ± {c.first_se:.3f} -> {c.last:.3f} ± {c.last_se:.3f}"
-                         f", change {c.change:+.3f} ± {c.se:.3f}: {c.verdict}")  # fmt: skip
+            lines.append(
+                f"  turn {turn} reward  {c.first:.3f} ± {c.first_se:.3f} -> {c.last:.3f} ± {c.last_se:.3f}"
+                f", change {c.change:+.3f} ± {c.se:.3f}: {c.verdict}"
+            )
     for agent, (_, values) in series(log_history, AGENT_LENGTH).items():
         c = quarter_change(values)
         lines.append(f"  agent {agent} mean completion length  {c.first:.1f} -> {c.last:.1f} tokens")

@@ -12,21 +12,19 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
-from transformers import PreTrainedTokenizerBase, TrainerState
+from transformers import PreTrainedTokenizerBase
 from transformers.trainer import TRAINING_ARGS_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
 from trl.trainer.utils import add_fused_lm_head
 
-from . import arguments, checkpoint, comlrl
-from .assembly import build_team, load_tokenizers
+from . import arguments, checkpoint
+from .assembly import build_team
 from .batching import EpochSeededSampler, pad_rows, split_micro_batches, tree_rows
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
-from .environment import TeamEnvironment
 from .generation import build_generator
 from .importance import add_importance_sampling_ratio, reduce_sampling_stats
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
@@ -128,32 +126,38 @@ class MAGRPOTrainer(GRPOTrainer):
         # tokenizers are small, and the first prompts need them (chat messages need a chat template), so they load
         # before the models.
         inputs = arguments.prepare(
-            args, agents=agents, model=model, num_agents=num_agents, tokenizer=tokenizer,
-            processing_class=processing_class, reward_func=reward_func, reward_funcs=reward_funcs,
-            external_transition=external_transition, formatters=formatters, train_dataset=train_dataset,
-            eval_dataset=eval_dataset, peft_config=peft_config, quantization_config=quantization_config, tools=tools,
-            rollout_func=rollout_func, environment_factory=environment_factory, comlrl_arguments=comlrl_arguments,
-        )  # fmt: skip
-        args, eval_dataset, plan, functions = inputs.args, inputs.eval_dataset, inputs.plan, inputs.functions
-        self.num_agents, self.trainable_agents, self.comlrl_evaluation = (
-            plan.num_agents,
-            plan.trainable,
+            args,
+            agents=agents,
+            model=model,
+            num_agents=num_agents,
+            tokenizer=tokenizer,
+            processing_class=processing_class,
+            reward_func=reward_func,
+            reward_funcs=reward_funcs,
+            external_transition=external_transition,
+            formatters=formatters,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=peft_config,
+            quantization_config=quantization_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+            comlrl_arguments=comlrl_arguments,
+        )
+        args, eval_dataset, plan = inputs.args, inputs.eval_dataset, inputs.plan
+        self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
+        self.tokenizers, self.environment, self.comlrl_evaluation = (
+            inputs.tokenizers,
+            inputs.environment,
             inputs.evaluation,
         )
-        self.tokenizers = load_tokenizers(plan)
-        comlrl.add_special_tokens(self.tokenizers, inputs.special_tokens)
-        self.environment = TeamEnvironment(
-            functions.joint_reward, functions.transition, functions.formatters,
-            comlrl.formats_later_turns(functions.formatters, args), self.tokenizers,
-            trainer_state=lambda: self.state if hasattr(self, "state") else TrainerState(),  # none before the Trainer
-        )  # fmt: skip
-        arguments.check_first_rows(self.environment, train_dataset, eval_dataset, args)
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, bool(inputs.special_tokens))
         self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
-        reward_funcs = arguments.load_reward_models(
-            functions.joint_reward.funcs, args.model_init_kwargs, args.distributed_state.distributed_type != "NO"
-        )
+        joint_reward = self.environment.joint_reward
+        distributed = args.distributed_state.distributed_type != "NO"
+        reward_funcs = arguments.load_reward_models(joint_reward.funcs, args.model_init_kwargs, distributed)
         # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
         # reference and the team's engines are built below instead. The models are loaded: GRPOTrainer would warn
         # that `model_init_kwargs` is ignored, though `build_team` just used it.
@@ -162,14 +166,21 @@ class MAGRPOTrainer(GRPOTrainer):
         model_init_kwargs, args.model_init_kwargs = args.model_init_kwargs, None
         try:
             super().__init__(
-                model=self.team, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                eval_dataset=eval_dataset, processing_class=self.tokenizers[0],
-                reward_processing_classes=reward_processing_classes, callbacks=callbacks, optimizers=optimizers,
-            )  # fmt: skip
+                model=self.team,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=self.tokenizers[0],
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+            )
         finally:
             args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
         self.beta, self.use_vllm = beta, use_vllm
-        functions.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        self.environment.trainer_state = lambda: self.state
         for callback in inputs.callbacks:
             self.add_callback(callback)
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
@@ -183,11 +194,17 @@ class MAGRPOTrainer(GRPOTrainer):
 
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
         self.generator = build_generator(
-            args, self.team, self.tokenizers, self.agent_eos_token_ids, self.accelerator,
-            trainable=self.trainable_agents, chat_template_kwargs=self.chat_template_kwargs,
-            generation_kwargs=self.generation_kwargs, share_prompts=self.share_prompts,
+            args,
+            self.team,
+            self.tokenizers,
+            self.agent_eos_token_ids,
+            self.accelerator,
+            trainable=self.trainable_agents,
+            chat_template_kwargs=self.chat_template_kwargs,
+            generation_kwargs=self.generation_kwargs,
+            share_prompts=self.share_prompts,
             wrapped_model=lambda: self.model_wrapped,
-        )  # fmt: skip
+        )
         self._update_seconds, self._update_tokens = 0.0, 0
 
     # ------------------------------------------------------------------ set-up helpers
@@ -251,10 +268,8 @@ class MAGRPOTrainer(GRPOTrainer):
         agent_batches, tokens, sampling = [], 0, []
         for i in range(self.num_agents):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
-            batch = tree_rows(
-                tree, i, advantages, self.tokenizers[i].pad_token_id, eos, self._corrects_sampling(i),
-                self.accelerator.device,
-            )  # fmt: skip
+            pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device
+            batch = tree_rows(tree, i, advantages, pad, eos, self._corrects_sampling(i), device)
             tokens += int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
@@ -270,8 +285,8 @@ class MAGRPOTrainer(GRPOTrainer):
                 self._metrics[mode][key].append(value)
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             env = self.environment
-            rows = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
-            self._logs = completion_logs(gather_object(rows))
+            table = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
+            self._logs = completion_logs(gather_object(table))
         if mode == "eval" and self.comlrl_evaluation is not None:  # CoMLRL's eval_logger and eval_aggregator
             for key, value in self.comlrl_evaluation(tree, rows, self.args.num_turns).items():
                 self._metrics[mode][key].append(value)
@@ -283,13 +298,10 @@ class MAGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        logits_to_keep = batch["completion_ids"].size(1)
-        chunk = self.update_chunk_size
+        keep, chunk = batch["completion_ids"].size(1), self.update_chunk_size
         generate_every = self.args.steps_per_generation * self.num_iterations
-        logps = partial(
-            self._get_per_token_logps_and_entropies,
-            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep, batch_size=chunk,
-        )  # fmt: skip
+        logps = partial(self._get_per_token_logps_and_entropies, input_ids=input_ids, attention_mask=attention_mask)
+        logps = partial(logps, logits_to_keep=keep, batch_size=chunk)
         trains = agent in self.trainable_agents
         with disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs):
             # As GRPOTrainer: off-policy updates, and vLLM's sampling correction, need the old policy's log-probs.
@@ -312,23 +324,19 @@ class MAGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ metrics
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
-        lengths = [[len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(self.num_agents)]
         env = self.environment
-        stats = rollout_stats(tree, returns, credited, lengths, env.reward_values, dict(env.agent_reward_values))
-        metrics = rollout_metrics(
-            gather_object([stats]), self.args.num_turns, env.joint_reward.names, self.max_completion_length
+        stats = rollout_stats(
+            tree, returns, credited, env.reward_values, env.agent_reward_values, tokens, self._truncated_prompts
         )
+        gathered = gather_object([stats])  # one collective for every process's summary
+        if mode == "train":
+            self.state.num_input_tokens_seen += sum(s.tokens for s in gathered)
+        metrics = rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, self.max_completion_length)
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
-
-        if mode == "train":
-            tokens = torch.tensor(tokens, device=self.accelerator.device)
-            self.state.num_input_tokens_seen += int(self.accelerator.gather(tokens).sum())
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-        for phase, seconds in {**self._phase_time, **self.environment.seconds}.items():
+        for phase, seconds in {**self._phase_time, **env.seconds}.items():
             self._metrics[mode][f"timing/{phase}_s"].append(seconds)
-        truncated = torch.tensor(self._truncated_prompts, device=self.accelerator.device)
-        self._metrics[mode]["prompts/truncated"].append(int(self.accelerator.gather(truncated).sum()))
         if self._phase_time["generate"] > 0:
             throughput = self._generated_tokens / self._phase_time["generate"]
             self._metrics[mode]["throughput/generate_tokens_per_s"].append(throughput)
@@ -336,21 +344,41 @@ class MAGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ training step
 
     def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-        compute_aux_loss=False, **multimodal,
-    ):  # fmt: skip
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
         """GRPOTrainer's, on rows sorted by length in chunks trimmed of their shared padding; within a chunk, each
         distinct prompt runs once (`share_prompts`): `prefix.chunked_per_token_logps`."""
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
                 **multimodal,
-            )  # fmt: skip
+            )
         shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
         logps, entropies = chunked_per_token_logps(
-            model, input_ids, attention_mask, logits_to_keep, batch_size or self.update_chunk_size, shared,
-            compute_entropy, super()._get_per_token_logps_and_entropies, self.accelerator.autocast,
-        )  # fmt: skip
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size or self.update_chunk_size,
+            shared,
+            compute_entropy,
+            super()._get_per_token_logps_and_entropies,
+            self.accelerator.autocast,
+        )
         return logps, entropies, None
 
     def _get_train_sampler(self, dataset=None):
@@ -413,7 +441,7 @@ class MAGRPOTrainer(GRPOTrainer):
 
     def _team_loss(self, inputs: list[dict], weights: list[float], team: AgentTeam) -> torch.Tensor:
         loss = 0.0
-        for agent, (agent_inputs, weight) in enumerate(zip(inputs, weights)):
+        for agent, (agent_inputs, weight) in enumerate(zip(inputs, weights, strict=True)):
             if agent not in self.trainable_agents:
                 continue  # a frozen agent acts in rollouts but has nothing to learn
             with team.acting(agent):
@@ -453,14 +481,10 @@ class MAGRPOTrainer(GRPOTrainer):
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = save_total_limit
-        run_dir = self._get_output_dir(trial=trial)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            checkpoint.mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
-            rotate_checkpoints(
-                output_dir=run_dir, save_total_limit=save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
-            )  # fmt: skip
+            run_dir, state = self._get_output_dir(trial=trial), self.state
+            checkpoint.complete_and_rotate(run_dir, state.global_step, save_total_limit, state.best_model_checkpoint)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """Every agent's weights (or adapter) from `agent_{i}/` (`checkpoint.load_team`)."""

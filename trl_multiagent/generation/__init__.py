@@ -29,9 +29,18 @@ def max_prompt_length(args, model_config) -> int | None:
 
 
 def build_generator(
-    args, team, tokenizers: list, eos_token_ids: list[list[int]], accelerator, *, trainable: list[int],
-    chat_template_kwargs: dict | None, generation_kwargs: dict, share_prompts: bool, wrapped_model: Callable,
-) -> Generator:  # fmt: skip
+    args,
+    team,
+    tokenizers: list,
+    eos_token_ids: list[list[int]],
+    accelerator,
+    *,
+    trainable: list[int],
+    chat_template_kwargs: dict | None,
+    generation_kwargs: dict,
+    share_prompts: bool,
+    wrapped_model: Callable,
+) -> Generator:
     """The backend `args` asks for (`use_vllm`, `vllm_mode`), for `team`. `wrapped_model` returns the trainer's
     prepared model (DDP/DeepSpeed wraps it after the generator is built); `trainable` lists the agents whose weights
     change, which the vLLM engines sync."""
@@ -46,9 +55,14 @@ def build_generator(
     }
     if not args.use_vllm:
         return TransformersGenerator(
-            **common, wrapped_model=wrapped_model, accelerator=accelerator, generation_kwargs=generation_kwargs,
-            args=args, zero3=zero3, share_prompts=share_prompts,
-        )  # fmt: skip
+            **common,
+            wrapped_model=wrapped_model,
+            accelerator=accelerator,
+            generation_kwargs=generation_kwargs,
+            args=args,
+            zero3=zero3,
+            share_prompts=share_prompts,
+        )
     vllm_args = {
         **common,
         "team": team,

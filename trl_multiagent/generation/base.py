@@ -57,9 +57,14 @@ class Generator:
     """Samples completions for one agent at a time; subclasses implement `_sample` (and `sync_weights`)."""
 
     def __init__(
-        self, *, tokenizers: list, eos_token_ids: list[list[int]], chat_template_kwargs: dict | None = None,
-        vocab_sizes: list[int] | None = None, max_prompt_lengths: list[int | None] | None = None,
-    ):  # fmt: skip
+        self,
+        *,
+        tokenizers: list,
+        eos_token_ids: list[list[int]],
+        chat_template_kwargs: dict | None = None,
+        vocab_sizes: list[int] | None = None,
+        max_prompt_lengths: list[int | None] | None = None,
+    ):
         self.tokenizers = tokenizers
         self.eos_token_ids = eos_token_ids
         self.chat_template_kwargs = chat_template_kwargs or {}
@@ -101,9 +106,15 @@ class Generator:
         first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), 0)
         messages, dropped = list(messages), False
         while True:
-            ids = list(self.tokenizers[agent].apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs,
-            )["input_ids"])  # fmt: skip
+            ids = list(
+                self.tokenizers[agent].apply_chat_template(
+                    messages,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                    **self.chat_template_kwargs,
+                )["input_ids"]
+            )
             if limit is None or len(ids) <= limit:
                 self.truncated_prompts += dropped
                 return ids

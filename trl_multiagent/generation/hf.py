@@ -23,9 +23,16 @@ class TransformersGenerator(Generator):
     """
 
     def __init__(
-        self, *, wrapped_model: Callable[[], torch.nn.Module], accelerator, generation_kwargs: dict, args, zero3: bool,
-        share_prompts: bool, **common,
-    ):  # fmt: skip
+        self,
+        *,
+        wrapped_model: Callable[[], torch.nn.Module],
+        accelerator,
+        generation_kwargs: dict,
+        args,
+        zero3: bool,
+        share_prompts: bool,
+        **common,
+    ):
         super().__init__(**common)
         self.wrapped_model = wrapped_model  # the Trainer re-wraps its model when training starts (DeepSpeed)
         self.accelerator = accelerator
@@ -35,7 +42,7 @@ class TransformersGenerator(Generator):
         self.configs = {
             greedy: [
                 self._config(tok, eos, generation_kwargs, greedy)
-                for tok, eos in zip(self.tokenizers, self.eos_token_ids)
+                for tok, eos in zip(self.tokenizers, self.eos_token_ids, strict=True)
             ]
             for greedy in (False, True)
         }

@@ -86,8 +86,15 @@ def max_turn_sequences(args, num_agents: int) -> int:
 
 class VLLMColocateGenerator(Generator):
     def __init__(
-        self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common,
-    ):  # fmt: skip
+        self,
+        *,
+        team,
+        args,
+        accelerator,
+        trainable: list[int],
+        zero3: bool,
+        **common,
+    ):
         super().__init__(**common)
         from vllm import LLM
 
@@ -198,7 +205,9 @@ class VLLMColocateGenerator(Generator):
             samples = request.outputs * (num_generations if greedy else 1)
             for sample in samples:
                 completions.append(list(sample.token_ids))
-                logps.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)])
+                logps.append(
+                    [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids, strict=True)]
+                )
         return completions, logps
 
     @contextlib.contextmanager

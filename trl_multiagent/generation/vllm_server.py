@@ -15,8 +15,15 @@ from .vllm_settings import server_base_urls
 
 class VLLMServerGenerator(Generator):
     def __init__(
-        self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common,
-    ):  # fmt: skip
+        self,
+        *,
+        team,
+        args,
+        accelerator,
+        trainable: list[int],
+        zero3: bool,
+        **common,
+    ):
         super().__init__(**common)
         from trl.generation import vllm_client
 
