@@ -154,7 +154,8 @@ def test_shared_base_resume_restores_trainable_adapters(tmp_path, tokenizer):
     run("part", interrupt=True)
     resumed = run("resumed", resume=str(tmp_path / "part" / "run" / "checkpoint-2"))
     for i in range(2):
-        assert all(p.requires_grad for p in resumed.team.agent_parameters(i))
+        parameters = list(resumed.team.agent_parameters(i))
+        assert parameters and all(p.requires_grad for p in parameters)
         for a, b in zip(adapter_state(full, i), adapter_state(resumed, i), strict=True):
             torch.testing.assert_close(a, b)
 
@@ -173,7 +174,7 @@ def test_frozen_agent_is_bit_identical(tmp_path, tokenizer, shared):
     before = [adapter_state(trainer, i) for i in range(2)]
     trainer.train()
     after = [adapter_state(trainer, i) for i in range(2)]
-    assert all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=True))
+    assert before[0] and all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=True))
     assert any(not torch.equal(a, b) for a, b in zip(before[1], after[1], strict=True))
 
 

@@ -98,7 +98,8 @@ def test_metrics_reach_tensorboard(tmp_path, tokenizer):
     # turn-1 expected return = turn-1 reward + mean turn-2 return (discount 1, every branch expanded)
     last = trainer.state.log_history[-2]
     assert last["turn_1/expected_return"] == pytest.approx(last["turn_1/reward_mean"] + last["turn_2/reward_mean"])
-    assert last["turn_2/terminated_frac"] <= 1.0 and last["turn_1/terminated_frac"] == 0.0
+    # no threshold: no node ends early, in either turn
+    assert last["turn_2/terminated_frac"] == 0.0 and last["turn_1/terminated_frac"] == 0.0
 
 
 def test_save_model_writes_loadable_agents(tmp_path, tokenizer):
@@ -114,8 +115,13 @@ def test_save_model_writes_loadable_agents(tmp_path, tokenizer):
         for (name, p), q in zip(agent.state_dict().items(), loaded.state_dict().values(), strict=True):
             assert torch.equal(p, q), name
     # the agents did train, and differently from each other
-    fresh = make_model(tokenizer, seed=0)
-    assert not torch.equal(fresh.model.layers[0].mlp.up_proj.weight, agents[0].model.layers[0].mlp.up_proj.weight)
+    fresh = team(tokenizer)
+    changes = [
+        a.model.layers[0].mlp.up_proj.weight - f.model.layers[0].mlp.up_proj.weight
+        for a, f in zip(agents, fresh, strict=True)
+    ]
+    assert all(change.abs().max() > 0 for change in changes)
+    assert not torch.allclose(changes[0], changes[1])
 
 
 def _final_weights(trainer):

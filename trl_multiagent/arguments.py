@@ -231,6 +231,9 @@ class PreparedInputs:
 def prepare(
     args,
     *,
+    callbacks,
+    optimizers,
+    reward_processing_classes,
     agents,
     model,
     num_agents,
@@ -249,7 +252,8 @@ def prepare(
     environment_factory,
     comlrl_arguments,
 ) -> PreparedInputs:
-    """Check and resolve the trainer's arguments in the order a user meets the problems: the config (again: a field
+    """Check and resolve `MAGRPOTrainer`'s arguments (all of them; `callbacks`, `optimizers` and
+    `reward_processing_classes` go to GRPOTrainer as they are) in the order a user meets the problems: the config (again: a field
     may have been set after it was built), GRPOTrainer's own arguments, CoMLRL's, the team, the user's functions and
     datasets; then load the tokenizers (small: the first prompts need them, chat messages a chat template) and check
     the first rows' prompts and one placeholder call of the user's functions. No model is loaded yet."""

@@ -136,8 +136,7 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
 
     num_turns: int = field(default=1, metadata={"help": "Number of turns; 2 adds a second turn after feedback."})
     discount: float = field(
-        default=1.0,
-        metadata={"help": "Return = reward + discount * mean return of the next turn's joint answers."},
+        default=1.0, metadata={"help": "Return = reward + discount * mean return of the next turn's joint answers."}
     )
     early_termination_threshold: float | None = field(
         default=-0.2,

@@ -37,12 +37,7 @@ from .callables import _parameters, _pick_keywords, _run, _short, _unknown_param
 
 logger = logging.get_logger(__name__)
 
-AGENT_REWARD_AGGREGATIONS = {
-    "mean": lambda values: sum(values) / len(values),
-    "sum": sum,
-    "min": min,
-    "max": max,
-}
+AGENT_REWARD_AGGREGATIONS = {"mean": lambda values: sum(values) / len(values), "sum": sum, "min": min, "max": max}
 PER_AGENT_NAMES = ("completions", "completion_ids")
 
 

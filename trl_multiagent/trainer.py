@@ -125,26 +125,8 @@ class MAGRPOTrainer(GRPOTrainer):
         # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the
         # tokenizers are small, and the first prompts need them (chat messages need a chat template), so they load
         # before the models.
-        inputs = arguments.prepare(
-            args,
-            agents=agents,
-            model=model,
-            num_agents=num_agents,
-            tokenizer=tokenizer,
-            processing_class=processing_class,
-            reward_func=reward_func,
-            reward_funcs=reward_funcs,
-            external_transition=external_transition,
-            formatters=formatters,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            peft_config=peft_config,
-            quantization_config=quantization_config,
-            tools=tools,
-            rollout_func=rollout_func,
-            environment_factory=environment_factory,
-            comlrl_arguments=comlrl_arguments,
-        )
+        given = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        inputs = arguments.prepare(**given)  # every argument, by its name
         args, eval_dataset, plan = inputs.args, inputs.eval_dataset, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.environment, self.comlrl_evaluation = (

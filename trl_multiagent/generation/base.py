@@ -108,11 +108,7 @@ class Generator:
         while True:
             ids = list(
                 self.tokenizers[agent].apply_chat_template(
-                    messages,
-                    add_generation_prompt=True,
-                    tokenize=True,
-                    return_dict=True,
-                    **self.chat_template_kwargs,
+                    messages, add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs
                 )["input_ids"]
             )
             if limit is None or len(ids) <= limit:

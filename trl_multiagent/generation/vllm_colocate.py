@@ -85,16 +85,7 @@ def max_turn_sequences(args, num_agents: int) -> int:
 
 
 class VLLMColocateGenerator(Generator):
-    def __init__(
-        self,
-        *,
-        team,
-        args,
-        accelerator,
-        trainable: list[int],
-        zero3: bool,
-        **common,
-    ):
+    def __init__(self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common):
         super().__init__(**common)
         from vllm import LLM
 

@@ -14,16 +14,7 @@ from .vllm_settings import server_base_urls
 
 
 class VLLMServerGenerator(Generator):
-    def __init__(
-        self,
-        *,
-        team,
-        args,
-        accelerator,
-        trainable: list[int],
-        zero3: bool,
-        **common,
-    ):
+    def __init__(self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common):
         super().__init__(**common)
         from trl.generation import vllm_client
 
