@@ -57,22 +57,15 @@ import sys
 from dataclasses import dataclass, field
 
 from datasets import Dataset
+
+# the seed's task, shared; `seed_task.py` lies beside this file (Python puts a script's folder first on the path)
+from seed_task import PROMPTS, as_user_message, chat_length_feedback, length_feedback, length_ratio_reward
 from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.model_config import team_from_model_config
 from trl_multiagent.models import prepare_default_model
 from trl_multiagent.summary import summary_lines
-
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seed_task import (  # noqa: E402  (the seed's task, shared)
-    PROMPTS,
-    as_user_message,
-    chat_length_feedback,
-    length_feedback,
-    length_ratio_reward,
-)
 
 
 # The example's MAGRPOConfig values. `max_completion_length` (of which `max_new_tokens` is an alias) carries the 64, so

