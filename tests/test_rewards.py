@@ -105,8 +105,9 @@ def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
     chat-formatted completions; mixed with a joint reward under `reward_weights`."""
     tokenizer, calls = chat_tokenizer(), []
 
-    def correctness_reward(completions, reference_answer, prompts, completion_ids, **kwargs):
+    def correctness_reward(completions, reference_answer, prompts, completion_ids, log_metric, **kwargs):
         calls.append((prompts, completions, completion_ids, reference_answer))
+        log_metric("correctness/calls", float(len(calls)))  # TRL's keyword: a scalar logged with the step
         return [float(len(c[0]["content"])) for c in completions]
 
     def joint_reward(completions1, completions2):
@@ -116,6 +117,7 @@ def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
         tmp_path, tokenizer, chat_dataset(), reward_funcs=[correctness_reward, joint_reward, think_format_reward],
         args=config(tmp_path, reward_weights=[0.5, 2.0, 3.0]),
     )  # fmt: skip
+    assert log["correctness/calls"] == pytest.approx((3 + 4) / 2)  # the step's two calls (the 3rd and 4th), averaged
     agent_means = [log[f"agent_{i}/rewards/correctness_reward/mean"] for i in range(2)]
     assert log["turn_1/rewards/correctness_reward/mean"] == pytest.approx(sum(agent_means) / 2)
     think = log["turn_1/rewards/think_format_reward/mean"]

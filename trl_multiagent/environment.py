@@ -42,8 +42,9 @@ class TeamEnvironment:
         formats_later_turns: the formatters also format each later turn's prompt (CoMLRL's rule, see `comlrl`).
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
 
-    `trainer_state` returns what the reward gets as `trainer_state`: a fresh `TrainerState` until the trainer sets
-    its own.
+    `trainer_state` returns what the reward gets as `trainer_state`, and `log_metric(name, value)` is TRL's reward
+    keyword of that name: a fresh `TrainerState` and a no-op until the trainer sets its own (the build-time check
+    runs before the trainer exists).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class TeamEnvironment:
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
         self.formats_later_turns, self.tokenizers = formats_later_turns, tokenizers
         self.trainer_state: Callable[[], TrainerState] = TrainerState
+        self.log_metric: Callable[[str, float], None] = lambda name, value: None
         self.num_agents = len(tokenizers)
         self.start(num_turns=1)
 
@@ -145,6 +147,7 @@ class TeamEnvironment:
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
             "trainer_state": self.trainer_state(),
             "batch_items": rows,  # CoMLRL's name for the dataset row of each joint action
+            "log_metric": self.log_metric,
         }
         for key in rows[0]:
             if key != "prompt":  # no column shadows a keyword: `arguments.check_column_names` refuses it

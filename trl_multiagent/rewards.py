@@ -16,8 +16,8 @@ Every entry of `reward_funcs` follows one of three conventions, told apart by on
   trainer's build-time check makes one with two); the choice is logged once per function.
 
 Keywords are passed only when the function names them or takes ``**kwargs``: ``prompts`` (per agent, or for a
-per-agent reward that agent's), ``turn``, ``trainer_state``, ``batch_items`` (the dataset row of each joint action)
-and the dataset columns.
+per-agent reward that agent's), ``turn``, ``trainer_state``, ``batch_items`` (the dataset row of each joint action),
+``log_metric(name, value)`` (TRL's: a scalar logged with the step's metrics) and the dataset columns.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def reward_name(func) -> str:
 class JointReward:
     """The weighted sum of the team's reward functions, each called by its convention (see the module docstring)."""
 
-    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items")
+    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items", "log_metric")
 
     def __init__(
         self,

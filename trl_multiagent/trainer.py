@@ -163,6 +163,8 @@ class MAGRPOTrainer(GRPOTrainer):
         self.beta, self.use_vllm = beta, use_vllm
         joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         self.environment.trainer_state = lambda: self.state
+        mode = lambda: "train" if self.model.training else "eval"  # noqa: E731
+        self.environment.log_metric = lambda name, value: self._metrics[mode()][name].append(value)
         for callback in inputs.callbacks:
             self.add_callback(callback)
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
