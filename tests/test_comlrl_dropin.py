@@ -326,3 +326,11 @@ def test_agent_model_beside_agents_naming_the_same_model_is_accepted(tmp_path, t
 def test_agent_learning_rate_is_constant_as_in_comlrl(tmp_path):
     assert comlrl_config(tmp_path).lr_scheduler_type == "constant"
     assert comlrl_config(tmp_path, lr_scheduler_type="cosine").lr_scheduler_type == "cosine"
+
+
+def test_comlrl_names_set_after_construction_take_effect_or_raise_by_name(tmp_path):
+    config = comlrl_config(tmp_path)
+    config.agent_learning_rate = 3e-5  # as on CoMLRL's config
+    assert config.learning_rate == 3e-5 and config.agent_learning_rate == 3e-5
+    with pytest.raises(AttributeError, match="rollout_buffer_size"):
+        config.rollout_buffer_size = 4

@@ -70,7 +70,8 @@ CONFIG_NAMES = tuple(CoMLRLConfigNames.__dataclass_fields__)
 
 class CoMLRLView:
     """Reading a CoMLRL name off a `MAGRPOConfig` gives its value in CoMLRL's terms, derived from the TRL fields it
-    set, so that it cannot disagree with them. `train_batch_size` and `eval_batch_size` stay `TrainingArguments'`
+    set, so that it cannot disagree with them. `agent_learning_rate` can also be set (it sets `learning_rate`); the
+    others are given to the constructor, and setting one afterwards raises AttributeError naming it. `train_batch_size` and `eval_batch_size` stay `TrainingArguments'`
     (rows per step, times devices); their CoMLRL values are `config.comlrl.train_batch_size` and `.eval_batch_size`.
     """
 
@@ -80,6 +81,10 @@ class CoMLRLView:
     @property
     def agent_learning_rate(self) -> float:
         return self.learning_rate
+
+    @agent_learning_rate.setter
+    def agent_learning_rate(self, value: float) -> None:  # a script may set it on a built config, as on CoMLRL's
+        self.learning_rate = float(value)
 
     @property
     def advantage_mode(self) -> str:
