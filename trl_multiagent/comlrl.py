@@ -1,15 +1,15 @@
-"""CoMLRL 1.4.3's MAGRPO names, and what each becomes here. One table for the config, one for the trainer.
+"""CoMLRL 1.4.3's MAGRPO names, and what each becomes here: the config's (`CoMLRLConfigNames`, translated by
+`apply_config_names`, read back by `CoMLRLView`) and the trainer's (`trainer_arguments`, `Evaluation`).
 
-A CoMLRL script runs with its import changed (``from trl_multiagent import MAGRPOConfig, MAGRPOTrainer``):
-`MAGRPOConfig.__init__` and `MAGRPOTrainer.__init__` pass the CoMLRL-only keywords through `config_keywords` and
-`trainer_arguments` below. A name that maps is translated (and said once, in the log, when the unit or the meaning
-shifts); a name with no equivalent is refused before anything is loaded, with what to write instead. The names stay
-out of the dataclass, so TRL's command-line parser and `TrainingArguments`' own properties (`train_batch_size`,
-`eval_batch_size`) are untouched.
+A CoMLRL script runs with its import changed (``from trl_multiagent import MAGRPOConfig, MAGRPOTrainer``). Each name
+keeps CoMLRL's meaning, said once in the log when the unit shifts (prompts and rows, tree nodes and prompts); the values
+CoMLRL refuses are refused here, and a device setting is refused only when it names another device than this
+process's, with the `accelerate launch` line to use instead. The config names are init-only arguments, so TRL's
+command-line parser and `TrainingArguments`' own properties (`train_batch_size`, `eval_batch_size`) are untouched.
 
 Fields with the same name and meaning in both (`num_train_epochs`, `logging_steps`, `num_generations`,
 `max_new_tokens`, `temperature`, `top_p`, `top_k`, `num_turns`, `discount`, `joint_mode`,
-`early_termination_threshold`) need nothing. Their *defaults* are TRL's here, not CoMLRL's.
+`early_termination_threshold`, `num_agents`) need nothing. Their *defaults* are TRL's here, not CoMLRL's.
 """
 
 from __future__ import annotations
