@@ -1,8 +1,8 @@
-"""`MAGRPOTrainer`'s arguments that GRPOTrainer also takes, checked (and resolved) before any model is loaded.
+"""`MAGRPOTrainer`'s arguments, checked and resolved before any model is loaded (`prepare`).
 
-Config fields are checked in `MAGRPOConfig.check`; the agents and tokenizers in `assembly.plan_team`; CoMLRL's own
-arguments are translated in `comlrl.trainer_arguments`. This module holds the rest: GRPOTrainer's own arguments, the
-user's functions and datasets, and the reward models of `reward_funcs`.
+Config fields are checked in `MAGRPOConfig.check` (run again here); the agents and tokenizers in
+`assembly.plan_team`; CoMLRL's own arguments are translated in `comlrl.trainer_arguments`. This module holds the
+rest: GRPOTrainer's own arguments, the user's functions and datasets, and the reward models of `reward_funcs`.
 """
 
 from __future__ import annotations
