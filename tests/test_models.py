@@ -1,6 +1,7 @@
 """The embedded default model (`trl_multiagent.models`): failures name their step; the real preparation is `slow`."""
 
 import json
+import shutil
 import sys
 import time
 import zipfile
@@ -100,3 +101,33 @@ def test_prepare_default_model_is_idempotent_and_reloads(tmp_path_factory, monke
         out = model.generate(**inputs, max_new_tokens=6, do_sample=False)
     answer = tokenizer.decode(out[0, inputs["input_ids"].size(1) :], skip_special_tokens=True)
     assert "Paris" in answer, answer
+
+
+def _save_lora_team(base: str, output_dir):
+    from conftest import SEED_PROMPTS, length_ratio_reward
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+
+    args = MAGRPOConfig(
+        output_dir=str(output_dir), report_to="none", num_generations=2, per_device_train_batch_size=2, max_new_tokens=4
+    )
+    lora = LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM")
+    dataset = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    trainer = MAGRPOTrainer(
+        model=base, num_agents=2, peft_config=lora, reward_func=length_ratio_reward, train_dataset=dataset, args=args
+    )
+    trainer.save_model()
+    return [json.loads((output_dir / f"agent_{i}" / "adapter_config.json").read_text()) for i in range(2)]
+
+
+def test_an_adapter_on_the_embedded_model_records_its_hub_id(tmp_path, tiny_model_dir):
+    prepared = tmp_path / models.MODEL_NAME
+    shutil.copytree(tiny_model_dir, prepared)
+    (prepared / models.MARKER).write_text("{}")  # what `prepare_default_model` writes last
+    adapters = _save_lora_team(str(prepared), tmp_path / "embedded")
+    assert [a["base_model_name_or_path"] for a in adapters] == [models.HUB_ID] * 2
+    # any other local folder stays as it was given
+    adapters = _save_lora_team(tiny_model_dir, tmp_path / "other")
+    assert [a["base_model_name_or_path"] for a in adapters] == [tiny_model_dir] * 2

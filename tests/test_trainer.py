@@ -128,7 +128,7 @@ def _final_weights(trainer):
     return [{k: v.clone() for k, v in a.state_dict().items()} for a in trainer.team.agents]
 
 
-def test_resume_matches_uninterrupted_run(tmp_path, tokenizer):
+def test_resume_matches_uninterrupted_run(tmp_path, tokenizer, caplog):
     class StopAt(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             control.should_training_stop = state.global_step == 2
@@ -150,6 +150,8 @@ def test_resume_matches_uninterrupted_run(tmp_path, tokenizer):
     assert run(tmp_path / "part", interrupt=True).state.global_step == 2  # interrupted after saving checkpoint-2
     resumed = run(tmp_path / "resumed", resume=str(tmp_path / "part" / "checkpoint-2"))
     assert resumed.state.global_step == 4
+    # the resume names its checkpoint and step
+    assert f"resuming from {tmp_path / 'part' / 'checkpoint-2'} (step 2)" in caplog.text
     for a, b in zip(full, _final_weights(resumed), strict=True):
         for name in a:
             torch.testing.assert_close(a[name], b[name], msg=name)

@@ -99,6 +99,19 @@ def build_team(
     return BuiltTeam(team, eos_token_ids)
 
 
+def build_reference(accelerator, model, deepspeed: bool) -> AgentTeam:
+    """A frozen copy of every agent of the prepared `model`, taken before training, for the KL term when `beta > 0`
+    (adapter teams need none: the base, adapter disabled, is the reference)."""
+    from trl.models.utils import prepare_deepspeed
+
+    reference = copy.deepcopy(accelerator.unwrap_model(model))
+    reference.requires_grad_(False)
+    reference.eval()
+    if deepspeed:
+        return prepare_deepspeed(reference, accelerator)  # sharded like the policy under ZeRO-3
+    return accelerator.prepare_model(reference, evaluation_mode=True)
+
+
 def _agent_specs(agents, model, num_agents) -> list:
     if agents is not None and model is not None:
         raise ValueError("MAGRPOTrainer: pass `agents=[...]` or `model=` with `num_agents=`, not both.")

@@ -80,6 +80,11 @@ def take_rows(batch: dict, rows: torch.Tensor | slice) -> dict:
     return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}
 
 
+def row_tokens(batch: dict) -> int:
+    """Prompt and completion tokens of a batch's rows (padding and inert rows not counted)."""
+    return int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
+
+
 def pad_rows(batch: dict, num_rows: int) -> dict:
     """Append inert rows until the batch has `num_rows` rows.
 

