@@ -33,7 +33,7 @@ The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_g
 logging_steps=1, early_termination_threshold=0.9 (RECIPE_DEFAULTS). On the embedded default model (no
 `--model_name_or_path`), the run uses DEMO_SIZE below, with the same semantics: the setting that learned fastest on
 a 2-core CPU (benchmarks/learning.md), 16 steps of 1 prompt each, 24 new tokens, the model's chat template,
-shared-base LoRA (r=16, all linear layers) at learning rate 3e-3, about 10 minutes. The example's own size on the
+shared-base LoRA (r=16, all linear layers) at learning rate 3e-3. The example's own size on the
 default model (plain prompts, full fine-tuning at TRL's default learning rate):
 
     python recipes/length_ratio.py --max_steps -1 --num_train_epochs 2 --per_device_train_batch_size 8 \
@@ -52,6 +52,7 @@ TRL's model flags work as on TRL's `grpo.py` (`ModelConfig`): `--dtype`, `--attn
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ RECIPE_DEFAULTS = {
     "early_termination_threshold": 0.9,
 }
 # The main job's setting, used on top of RECIPE_DEFAULTS when no `--model_name_or_path` is given (the embedded default
-# model): the fastest setting found that clearly learns on a 2-core CPU in about 10 minutes (benchmarks/learning.md).
+# model): the fastest setting found that clearly learns on a 2-core CPU, in 16 steps (benchmarks/learning.md).
 # Same semantics (2 agents, 2 turns, K=4, the feedback transition, threshold 0.9); one shared base with one LoRA
 # adapter per agent, a high learning rate, the chat template, 1 prompt per step, 24 new tokens.
 DEMO_SIZE = {
@@ -126,21 +127,79 @@ def build_dataset(prompt_format: str = "plain") -> Dataset:
     return Dataset.from_dict({"prompt": prompts})
 
 
+# The flags a user of this recipe needs most, shown first in `--help` with the defaults that will apply.
+KEY_FLAGS = {
+    "model_name_or_path": "a hub id or a local `save_pretrained` folder; None: the embedded SmolLM2-135M-Instruct",
+    "output_dir": "where the agents, trainer_state.json and rewards.png are written",
+    "max_steps": "optimizer steps (-1: train num_train_epochs epochs)",
+    "num_train_epochs": "epochs over the 4 prompts, when max_steps is -1",
+    "per_device_train_batch_size": "rows per step and process: prompts x num_generations",
+    "num_generations": "answers per agent per prompt and turn (K)",
+    "max_completion_length": "new tokens per answer (alias --max_new_tokens)",
+    "learning_rate": "AdamW learning rate",
+    "use_peft": "one shared base, one LoRA adapter per agent (--lora_r, --lora_alpha, --lora_target_modules)",
+    "prompt_format": "plain text prompts, or chat messages formatted with the model's chat template",
+    "early_termination_threshold": "a branch ends after turn 1 when its joint reward reaches this",
+    "save_strategy": "checkpoints: 'no', 'steps' (every --save_steps) or 'epoch'",
+    "resume_from_checkpoint": "'true': the newest complete checkpoint in output_dir; or a checkpoint folder",
+    "report_to": 'trackers: none, tensorboard, wandb, trackio (`pip install -e ".[trackers]"`)',
+    "use_vllm": "generate with vLLM engines (see the docs' vLLM page)",
+}
+DESCRIPTION = """\
+Two agents, two turns, feedback between turns: agent 2 should write an answer 2 to 3 times longer than agent 1's,
+and after turn 1 both are told how long their answers were. Trained with MAGRPO (trl_multiagent).
+
+  python recipes/length_ratio.py [flags]            one process
+  accelerate launch recipes/length_ratio.py [flags]  under accelerate (multi-GPU, DeepSpeed, several nodes)
+  --config FILE.yaml                                 flags as YAML keys; flags on the command line win
+
+{model}
+
+The flags most runs need, with the defaults that will apply [in brackets]:
+{flags}
+
+Every MAGRPOConfig field (TRL's GRPOConfig and TrainingArguments included) and every TRL ModelConfig field is a flag;
+all of them follow, this recipe's own first."""
+EMBEDDED_MODEL_NOTE = """\
+No --model_name_or_path: the embedded SmolLM2-135M-Instruct (prepared once from PyPI, no model hub), with the main
+job's settings (shared-base LoRA at learning rate 3e-3, chat prompts, 16 steps of one prompt, 24 new tokens, no
+checkpoints). The defaults shown here are those settings."""
+NAMED_MODEL_NOTE = """\
+With --model_name_or_path: the example's own size (plain prompts, full fine-tuning, 2 epochs of the 4 prompts). The
+defaults shown here are those settings."""
+
+
 class RecipeParser(TrlParser):
-    """TrlParser whose defaults are the example's, plus DEMO_SIZE when no model is named (flag or `--config` YAML)."""
+    """TrlParser whose defaults are the example's, plus DEMO_SIZE when no model is named (flag or `--config` YAML);
+    `--help` shows the defaults that will apply, the most used flags first."""
 
     def parse_args_and_config(self, args=None, **kwargs):
         args = list(args) if args is not None else sys.argv[1:]
-        if not {"-h", "--help"} & set(args):
-            probe = TrlParser((ModelConfig,)).parse_args_and_config(args=args, return_remaining_strings=True)[0]
-            if probe.model_name_or_path is None:
-                self.set_defaults_with_config(**DEMO_SIZE)
+        probe_args = [arg for arg in args if arg not in ("-h", "--help")]
+        probe = TrlParser((ModelConfig,)).parse_args_and_config(args=probe_args, return_remaining_strings=True)[0]
+        self.embedded_model = probe.model_name_or_path is None
+        if self.embedded_model:
+            self.set_defaults_with_config(**DEMO_SIZE)
         return super().parse_args_and_config(args=args, **kwargs)
+
+    def format_help(self):
+        defaults = {action.dest: action.default for action in self._actions}
+        width = max(len(name) for name in KEY_FLAGS) + 2
+        flags = "\n".join(f"  --{name:<{width}} {text} [{defaults[name]}]" for name, text in KEY_FLAGS.items())
+        model = EMBEDDED_MODEL_NOTE if getattr(self, "embedded_model", True) else NAMED_MODEL_NOTE
+        self.description = DESCRIPTION.format(model=model, flags=flags)
+        return super().format_help()
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written (its table), each flag's default after its help (as HfArgumentParser's)."""
 
 
 def make_parser() -> TrlParser:
     """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
-    parser = RecipeParser((ScriptArguments, MAGRPOConfig, ModelConfig))
+    parser = RecipeParser(
+        (ScriptArguments, MAGRPOConfig, ModelConfig), usage="%(prog)s [flags]", formatter_class=HelpFormatter
+    )
     # HfArgumentParser is an argparse parser: these become the defaults that a `--config` YAML or a flag overrides.
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser

@@ -60,6 +60,32 @@ def test_defaults_keep_the_example_semantics(recipe, tmp_path):
     assert (args.max_steps, args.num_train_epochs, args.max_new_tokens) == (-1, 2, 16)
 
 
+def _help(recipe, capsys, *flags) -> str:
+    with pytest.raises(SystemExit):
+        parse(recipe, *flags, "--help")
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags", [(), ("--model_name_or_path", "some/model")], ids=["embedded", "named"])
+def test_help_shows_the_defaults_that_will_apply(recipe, capsys, flags):
+    text = _help(recipe, capsys, *flags)
+    head = text[: text.index("options:")]  # before argparse's list of every flag
+    assert head.startswith("usage: ") and "Two agents, two turns, feedback between turns" in head
+    for convention in ("--config FILE.yaml", "--resume_from_checkpoint", "accelerate launch"):
+        assert convention in head
+    # each key flag's shown default is what parsing the same command line gives
+    parsed = {}
+    for dataclass in parse(recipe, *flags):
+        parsed.update(vars(dataclass))
+    for name in set(recipe.KEY_FLAGS) - {flag.removeprefix("--") for flag in flags}:
+        line = next(line for line in head.splitlines() if line.lstrip().startswith(f"--{name} "))
+        value = getattr(parsed[name], "value", parsed[name])  # enums (save_strategy) show their value
+        if isinstance(value, list):  # report_to: "none" becomes []
+            value = ",".join(value) or "none"
+        assert line.rstrip().endswith(f"[{value}]"), (line, value)
+    assert ("embedded SmolLM2-135M-Instruct" in head.split("The flags most runs need")[0]) == (not flags)
+
+
 def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     flags = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_steps", "8",
