@@ -410,8 +410,17 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
             self.ddp_backend = self.ddp_backend or "gloo"
             return
         # `deepspeed=` in the config: the state must exist before TrainingArguments, and the Trainer must reuse it.
+        # accelerate reads the variable while it builds the state; as TrainingArguments does, it is set only for
+        # that (the Trainer's Accelerator sets it again for its DeepSpeed plugin).
+        previous = os.environ.get("ACCELERATE_USE_DEEPSPEED")
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-        PartialState(backend="gloo")
+        try:
+            PartialState(backend="gloo")
+        finally:
+            if previous is None:
+                del os.environ["ACCELERATE_USE_DEEPSPEED"]
+            else:
+                os.environ["ACCELERATE_USE_DEEPSPEED"] = previous
         if self.accelerator_config is None:
             self.accelerator_config = {}
         if isinstance(self.accelerator_config, dict):

@@ -114,6 +114,7 @@ def main():
     cli = parser.parse_args()
 
     tokenizer = make_tokenizer()
+    environment = dict(os.environ)
     args = MAGRPOConfig(
         output_dir=cli.output_dir, num_turns=2, early_termination_threshold=0.55, num_generations=2,
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
@@ -124,6 +125,8 @@ def main():
         gradient_checkpointing=True,  # TRL's GPU default: the runs check the update under activation checkpointing
         check_functions_before_training=False
     )  # fmt: skip
+    # Building a config changes no environment variable (for `deepspeed=` on CPU it builds the gloo state itself).
+    assert dict(os.environ) == environment, set(os.environ.items()) ^ set(environment.items())
     rank = int(os.environ.get("RANK", "0"))
 
     def feedback(prompt, agent_completions, num_agents, **history):
