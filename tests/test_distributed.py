@@ -18,6 +18,8 @@ import torch
 WORKER = os.path.join(os.path.dirname(__file__), "distributed", "run_length_ratio.py")
 DS_CONFIGS = os.path.join(os.path.dirname(__file__), "distributed")
 
+# Every test here is `distributed`; the default suite keeps one DDP run, one rank failure, ZeRO-3 (full and shared-base
+# LoRA) and the accelerate launch, and the rest are `slow` (`.ci/run` runs both), so it stays under 15 minutes.
 pytestmark = pytest.mark.distributed
 
 
@@ -84,6 +86,7 @@ def test_ddp_two_processes_train_identical_agents(tmp_path):
     assert len(logs) == 3 and all("turn_2/reward_mean" in h for h in logs)
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
     """One step, same global batch and seed: 2 processes reach the 1-process weights (uneven trees included)."""
     common = ("--max_steps", 1, "--per_prompt_seed")
@@ -98,6 +101,7 @@ def test_two_processes_equal_one_process(tmp_path):
     assert max((one[k] - start[k]).abs().max().item() for k in start) > 1e-4  # the step moved the weights
 
 
+@pytest.mark.slow
 def test_ddp_resume_matches_uninterrupted(tmp_path):
     _, (full, _) = finished(tmp_path / "full", "--max_steps", 4, "--save_steps", 2)
     finished(tmp_path / "part", "--max_steps", 4, "--save_steps", 2, "--stop_at", 2)
@@ -117,6 +121,7 @@ def test_failure_on_one_rank_stops_every_rank_quickly(tmp_path):
     assert seconds < 120
 
 
+@pytest.mark.slow
 def test_failure_in_generate_on_one_rank_stops_every_rank_quickly(tmp_path):
     result, seconds = launch(tmp_path, "--max_steps", 2, "--fail_on_rank", 1, "--fail_in", "generate", timeout=300)
     assert result.returncode != 0
@@ -133,6 +138,7 @@ def ddp_reference(tmp_path_factory):
     return weights
 
 
+@pytest.mark.slow
 def test_ddp_chunked_update_equals_unchunked(tmp_path, ddp_reference):
     """The reference runs the update in chunks of 4 rows per agent (the worker's per_device_train_batch_size, up to 12
     rows per agent per rank, uneven across ranks); one pass per micro-batch reaches the same weights. The ZeRO and
@@ -143,7 +149,7 @@ def test_ddp_chunked_update_equals_unchunked(tmp_path, ddp_reference):
     assert max((whole[k] - start[k]).abs().max().item() for k in start) > 1e-4
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [pytest.param(2, marks=pytest.mark.slow), 3])
 def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
     pytest.importorskip("deepspeed")
     config = os.path.join(DS_CONFIGS, f"ds_zero{stage}.json")
@@ -161,6 +167,7 @@ def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
         assert min(others) > 0
 
 
+@pytest.mark.slow
 def test_zero3_generation_in_chunks_matches_ddp(tmp_path):
     """One prompt (K=2 rows) per `generate` call: at turn 2 the ranks have different numbers of live nodes, so
     different numbers of calls; ZeRO-3's generate runs collectives, so the lighter rank pads with empty calls."""
@@ -180,6 +187,7 @@ def shared_lora_ddp(tmp_path_factory):
     return weights[0]
 
 
+@pytest.mark.slow
 def test_shared_base_lora_chunked_update_equals_unchunked(tmp_path, shared_lora_ddp):
     """Shared base, one adapter per agent, non-reentrant activation checkpointing (TRL's default): the chunked
     reference (4 rows per agent) has the weights of one pass per micro-batch."""
@@ -187,7 +195,7 @@ def test_shared_base_lora_chunked_update_equals_unchunked(tmp_path, shared_lora_
     assert_same(whole, shared_lora_ddp, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [pytest.param(2, marks=pytest.mark.slow), 3])
 def test_shared_base_lora_under_zero_matches_ddp(tmp_path, stage, shared_lora_ddp):
     config = os.path.join(DS_CONFIGS, f"ds_zero{stage}.json")
     info, weights = finished(tmp_path, "--max_steps", 2, "--shared_lora", "--deepspeed", config)
@@ -198,6 +206,7 @@ def test_shared_base_lora_under_zero_matches_ddp(tmp_path, stage, shared_lora_dd
     assert trained and all(shared_lora_ddp[name].abs().max() > 0 for name in trained)  # both adapters moved
 
 
+@pytest.mark.slow
 def test_zero3_resume_matches_uninterrupted(tmp_path):
     pytest.importorskip("deepspeed")
     zero3 = ("--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"), "--max_steps", 4, "--save_steps", 2)
@@ -210,7 +219,7 @@ def test_zero3_resume_matches_uninterrupted(tmp_path):
 
 @pytest.mark.parametrize(
     "config, env",
-    [("zero3.yaml", {}), ("cpu_2proc.yaml", {"ACCELERATE_USE_CPU": "true"})],
+    [("zero3.yaml", {}), pytest.param("cpu_2proc.yaml", {"ACCELERATE_USE_CPU": "true"}, marks=pytest.mark.slow)],
 )
 def test_recipe_under_accelerate_launch(tmp_path, tiny_model_dir, config, env):
     """The README's launch command, unchanged but for CPU flags: 2 processes, the shipped accelerate config."""
@@ -241,6 +250,7 @@ def test_recipe_under_accelerate_launch(tmp_path, tiny_model_dir, config, env):
         assert sorted(p.name for p in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
 
 
+@pytest.mark.slow
 def test_zero3_with_kl_reference_matches_ddp(tmp_path):
     """beta > 0: each agent's frozen reference is sharded like the policy; weights match DDP's."""
     pytest.importorskip("deepspeed")
