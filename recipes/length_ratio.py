@@ -66,6 +66,7 @@ from trl import ModelConfig, TrlParser
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.model_config import team_from_model_config
 from trl_multiagent.models import prepare_default_model
+from trl_multiagent.samples import SampleAnswers
 from trl_multiagent.summary import summary_lines
 
 
@@ -224,6 +225,8 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         train_dataset=build_dataset(script_args.prompt_format),
         args=training_args,
     )
+    samples = SampleAnswers(trainer.environment)  # what the agents write, at the first and the last step
+    trainer.add_callback(samples)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # <output_dir>/trainer_state.json, which `python -m trl_multiagent.plot` reads
@@ -231,6 +234,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     if trainer.is_world_process_zero():
         print(f"Saved {training_args.num_agents} agents under {training_args.output_dir}/agent_*/")
         print("\n".join(summary_lines(trainer.state.log_history)))
+        print("\n".join(samples.lines()))
         try:
             from trl_multiagent.plot import plot_run
 

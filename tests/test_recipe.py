@@ -112,6 +112,10 @@ def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys)
     for agent in (0, 1):
         assert any(line.strip().startswith(f"agent {agent} mean completion length") for line in printed.splitlines())
     assert f"Reward curves: {png}" in printed
+    # what the agents wrote, at the first and the last step: printed when the step ends, and again in the summary
+    last = history[-1]["step"]
+    for step in (1, last):
+        assert printed.count(f"Sample joint answers at step {step}:") == 2
 
 
 @pytest.fixture

@@ -69,6 +69,7 @@ class TeamEnvironment:
         self.reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)}
         self.agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
         self.action_rewards = {}  # joint action id -> each function's joint value (the completions table)
+        self.samples = {t: [] for t in range(1, num_turns + 1)}  # turn -> (answers, joint reward), as scored
 
     # ------------------------------------------------------------------ the rollout's three calls
 
@@ -106,6 +107,7 @@ class TeamEnvironment:
                 self.agent_reward_values[(f, i)].extend(v for v in values if v is not None)
         for a, values in zip(action_ids, zip(*per_func, strict=True), strict=True):
             self.action_rewards[a] = values
+        self.samples[turn].extend(zip(answers, rewards, strict=True))
         return rewards
 
     def next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
