@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from dataclasses import dataclass
 from functools import partial
 
@@ -146,7 +147,16 @@ def _assemble(models: list, peft_configs: list | None, shared_base: bool) -> Age
     """Separate models (optionally each wrapped with its own adapter), or one base with an adapter per agent."""
     if peft_configs is None:
         return AgentTeam(models)
-    from peft import get_peft_model
+    from peft import get_peft_model as peft_get_peft_model
+
+    def get_peft_model(model, config, **kwargs):
+        # PEFT asks the model for `is_gradient_checkpointing`, which transformers 5.24 deprecates with a FutureWarning
+        # the user can do nothing about (their setting is `activation_checkpointing`).
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+            )
+            return peft_get_peft_model(model, config, **kwargs)
 
     if not shared_base:
         return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs, strict=True)])

