@@ -23,23 +23,16 @@ With vLLM, the generate column counts the weight syncs into the engines too (`ti
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 
 import torch
 
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "recipes"))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-
-from seed_task import PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
+from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
 
 
 def build_model_dir(hidden: int, layers: int) -> str:
-    from tiny import make_model, make_tokenizer
+    from trl_multiagent.testing import make_model, make_tokenizer
 
     path = tempfile.mkdtemp(prefix="bench_limit_")
     tokenizer = make_tokenizer()

@@ -27,10 +27,6 @@ import subprocess
 import sys
 
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-
-
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -39,9 +35,9 @@ def run_one(layout: str, num_agents: int, hidden: int, layers: int, vocab: int, 
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from tiny import make_model, make_tokenizer
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+    from trl_multiagent.testing import make_model, make_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = make_tokenizer()
@@ -88,9 +84,9 @@ def run_tree(k: int, turns: int, chunked: bool, hidden: int, layers: int, vocab:
     """Peak RSS of the rollout and of the update for one tree shape, in the last step."""
     import torch
     from datasets import Dataset
-    from tiny import make_model, make_tokenizer
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+    from trl_multiagent.testing import make_model, make_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = make_tokenizer()

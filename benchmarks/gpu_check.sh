@@ -7,7 +7,6 @@
 #   bash benchmarks/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD/tests:$PWD/recipes${PYTHONPATH:+:$PYTHONPATH}"
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 python -c "import torch, vllm; assert torch.cuda.is_available(); print('vllm', vllm.__version__, torch.cuda.get_device_name())"
@@ -19,9 +18,9 @@ echo "== 2. sleep mode, shared-base LoRA team"
 python - <<'PY'
 from datasets import Dataset
 from peft import LoraConfig
-from tiny import make_model, make_tokenizer
-from seed_task import PROMPTS, length_feedback, length_ratio_reward
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.testing import make_model, make_tokenizer
 
 tok = make_tokenizer()
 args = MAGRPOConfig(output_dir="/tmp/gpu_check_sleep", use_vllm=True, vllm_enable_sleep_mode=True, num_turns=2,
@@ -40,7 +39,7 @@ PY
 echo "== 3. server mode: one trl vllm-serve per agent"
 python - "$WORK" <<'PY'
 import sys
-from tiny import make_model, make_tokenizer
+from trl_multiagent.testing import make_model, make_tokenizer
 tok = make_tokenizer()
 for i in range(2):
     make_model(tok, seed=i, hidden=64, heads=2).save_pretrained(f"{sys.argv[1]}/agent_{i}")
@@ -56,8 +55,8 @@ CUDA_VISIBLE_DEVICES=0 python - "$WORK" <<'PY'
 import sys
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from seed_task import PROMPTS, length_feedback, length_ratio_reward
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
 
 work = sys.argv[1]
 agents = [AutoModelForCausalLM.from_pretrained(f"{work}/agent_{i}").cuda() for i in range(2)]

@@ -1,8 +1,8 @@
 """Learning curves on the seed task: ours and CoMLRL 1.4.3, the same wall-clock budget, measured the same way.
 
-Both trainers train the two agents of the seed example (`recipes/seed_task.py`: the length-ratio reward, the feedback
-transition, its four prompts) on the same model folder, each in its own fresh subprocess, one run after the other (so
-that they never share the CPU), for `--budget_s` seconds of `trainer.train()` each, over `--seeds`.
+Both trainers train the two agents of the seed example (`trl_multiagent.examples`: the length-ratio reward, the
+feedback transition, its four prompts) on the same model folder, each in its own fresh subprocess, one run after the
+other (so that they never share the CPU), for `--budget_s` seconds of `trainer.train()` each, over `--seeds`.
 
 The task is the same on both sides: 2 agents, 2 turns, K=4 generations, early termination at 0.9 (a prompt's
 turn-1 node, its K joint answers, grows a second turn only when their mean reward is at most 0.9), `--max_new_tokens`, temperature `--temperature`, top_p 1.0, no top-k, one
@@ -27,8 +27,8 @@ time at which the seed-mean curve first reaches `--target`, and the second-turn 
     python benchmarks/learning_curve.py --trainers ours --ours_lora_r 16 --ours_lr 3e-4      # one side only
     python benchmarks/learning_curve.py --smoke        # a random hidden-32 model, a few seconds (run by the tests)
 
-CoMLRL is installed as for `bench_vs_comlrl.py` (its docstring has the commands); without it the script runs ours
-and says that CoMLRL was skipped.
+CoMLRL is installed as for `bench_vs_comlrl.py` (docs/benchmark_vs_comlrl.md has the commands); without it the
+script runs ours and says that CoMLRL was skipped.
 """
 
 from __future__ import annotations
@@ -41,26 +41,28 @@ import sys
 import tempfile
 import time
 
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(1, os.path.dirname(HERE))  # trl_multiagent from this checkout, installed or not
-from bench_vs_comlrl import (  # noqa: E402  (the same model presets, versions, CoMLRL check and seed task)
+# the same tiny model, versions, CoMLRL check and subprocess launch as bench_vs_comlrl.py
+from bench_vs_comlrl import (
     INSTALL_HINT,
-    PROMPTS,
-    REPO,
     build_tiny_model,
     comlrl_available,
-    length_feedback,
-    length_ratio_reward,
     library_versions,
     load_average,
     run_in_subprocess,
     source_revision,
 )
-from seed_task import as_user_message, chat_length_feedback  # noqa: E402
+
+from trl_multiagent.examples import (
+    PROMPTS,
+    as_user_message,
+    chat_length_feedback,
+    length_feedback,
+    length_ratio_reward,
+)
+from trl_multiagent.summary import mean, mean_and_se, smooth
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 TRAINERS = ("ours", "comlrl")
 FEEDBACK_TEXT = "Your last answer had "  # only turn-2 prompts (written by length_feedback) contain it
 
@@ -255,8 +257,6 @@ def read_records(path: str) -> list[dict]:
 
 
 def window_mean(records: list[dict], turn: int, start: float, end: float, key=lambda r: r["reward"]) -> float:
-    from trl_multiagent.summary import mean  # here, not at the top: the CoMLRL worker imports nothing of ours
-
     values = [key(r) for r in records if r["turn"] == turn and start <= r["t"] < end]
     return mean([v for v in values if v is not None])
 
@@ -264,8 +264,6 @@ def window_mean(records: list[dict], turn: int, start: float, end: float, key=la
 def binned_curve(runs: list[list[dict]], turn: int, budget_s: float, bins: int) -> tuple[list[float], list[float]]:
     """Bin centres (s) and the mean over runs of each run's mean reward in the bin (a run with no answer there is
     left out of that bin's mean)."""
-    from trl_multiagent.summary import mean
-
     width = budget_s / bins
     centres, values = [], []
     for b in range(bins):
@@ -278,8 +276,6 @@ def binned_curve(runs: list[list[dict]], turn: int, budget_s: float, bins: int) 
 def summarize(runs: list[list[dict]], budget_s: float, target: float, bins: int) -> dict:
     """Per turn: first- and last-quarter means (over seeds), the last-minus-first difference with its SE over seeds,
     and when the seed-mean binned curve first reaches `target`; the second-turn value over the last quarter."""
-    from trl_multiagent.summary import mean_and_se
-
     quarter = budget_s / 4
     out = {}
     for turn in (1, 2):
@@ -306,8 +302,6 @@ def summarize(runs: list[list[dict]], budget_s: float, target: float, bins: int)
 def plot(curves: dict, budget_s: float, out_png: str, title: str) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from trl_multiagent.summary import smooth
 
     figure = Figure(figsize=(11.0, 4.2), dpi=100)
     FigureCanvasAgg(figure)
@@ -415,7 +409,6 @@ def main() -> None:
         model_path, model_desc = build_tiny_model(workdir, hidden=32, layers=2), "random hidden-32 Llama (smoke)"
         cli.max_new_tokens, cli.budget_s, cli.bins = 4, min(cli.budget_s, 3.0), 4
     elif cli.model == "smollm2":
-        sys.path.insert(0, REPO)
         from trl_multiagent.models import prepare_default_model
 
         model_path, model_desc = prepare_default_model(), "SmolLM2-135M-Instruct (trl_multiagent.models)"

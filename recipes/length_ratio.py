@@ -58,12 +58,16 @@ import sys
 from dataclasses import dataclass, field
 
 from datasets import Dataset
-
-# the seed's task, shared; `seed_task.py` lies beside this file (Python puts a script's folder first on the path)
-from seed_task import PROMPTS, as_user_message, chat_length_feedback, length_feedback, length_ratio_reward
 from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.examples import (
+    PROMPTS,
+    as_user_message,
+    chat_length_feedback,
+    length_feedback,
+    length_ratio_reward,
+)
 from trl_multiagent.model_config import team_from_model_config
 from trl_multiagent.models import prepare_default_model
 from trl_multiagent.samples import SampleAnswers

@@ -1,21 +1,18 @@
 import importlib.util
 import os
 import shutil
-import sys
 
 import pytest
 
 
+# Before the imports below, which import torch: OpenMP reads its thread count once, when it starts.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny import make_model, make_tokenizer  # noqa: E402
-
-
-# The seed's prompts, joint reward and transition, as the recipe ships them.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-from length_ratio import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
-from length_ratio import length_feedback, length_ratio_reward  # noqa: E402, F401
+# The seed's prompts, joint reward and transition (the tests import them from here), and the tiny offline models.
+from trl_multiagent.examples import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
+from trl_multiagent.examples import length_feedback, length_ratio_reward  # noqa: E402, F401
+from trl_multiagent.testing import make_model, make_tokenizer  # noqa: E402
 
 
 # The sandbox tests (recipes/sandbox.py) need bubblewrap, which pip cannot install. Without it they fail with the install

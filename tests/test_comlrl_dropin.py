@@ -280,7 +280,7 @@ def test_eval_logger_and_aggregator_are_called_as_comlrl_calls_them(tmp_path, to
 
 
 def test_model_config_special_tokens_are_added_and_every_agent_resized(tmp_path, tiny_model_dir):
-    from tiny import make_tokenizer
+    from trl_multiagent.testing import make_tokenizer
 
     tokenizer = make_tokenizer()
     trainer = MAGRPOTrainer(

@@ -14,6 +14,8 @@ import time
 import pytest
 import torch
 
+from trl_multiagent.testing import make_model, make_tokenizer
+
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed", "run_length_ratio.py")
 DS_CONFIGS = os.path.join(os.path.dirname(__file__), "distributed")
@@ -71,9 +73,6 @@ def assert_ranks_identical_and_saved(output_dir, info, weights):
 
 
 def initial_weights():
-    sys.path.insert(0, os.path.dirname(__file__))
-    from tiny import make_model, make_tokenizer
-
     tok = make_tokenizer()
     return {f"{i}.{n}": p.detach().clone() for i in range(2) for n, p in make_model(tok, seed=i).named_parameters()}
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 from conftest import SEED_PROMPTS
 from datasets import Dataset
-from tiny import make_model
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.testing import make_model
 
 
 def chars_reward(completions, **kwargs):

@@ -6,11 +6,11 @@ import warnings
 import pytest
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
-from tiny import make_model
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.devices import has_accelerator
+from trl_multiagent.testing import make_model
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
-from tiny import make_model
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.testing import make_model
 
 
 def test_length_ratio_reward_rises(tmp_path, tokenizer):

@@ -5,12 +5,14 @@ import os
 import subprocess
 import sys
 
+# benchmarks/ is on the import path through `pythonpath` in pyproject.toml's [tool.pytest.ini_options]
+import learning_curve as lc
 import pytest
+
+from trl_multiagent.testing import make_tokenizer
 
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
-sys.path.insert(0, BENCH)
-import learning_curve as lc  # noqa: E402
 
 
 def test_recorder_times_turns_and_parents(tmp_path):
@@ -91,8 +93,6 @@ def test_smoke_run_writes_records_table_and_plot(tmp_path):
 
 
 def test_pad_token_is_moved_out_of_the_chat_template():
-    from tiny import make_tokenizer
-
     tokenizer = make_tokenizer()
     # a template that writes the pad token as its end of turn, as SmolLM2's does with <|im_end|>
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}<pad>{% endfor %}"

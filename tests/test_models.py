@@ -111,7 +111,11 @@ def _save_lora_team(base: str, output_dir):
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 
     args = MAGRPOConfig(
-        output_dir=str(output_dir), report_to="none", num_generations=2, per_device_train_batch_size=2, max_new_tokens=4
+        output_dir=str(output_dir),
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_new_tokens=4,
     )
     lora = LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM")
     dataset = Dataset.from_dict({"prompt": SEED_PROMPTS})

@@ -8,11 +8,11 @@ import sys
 import pytest
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
-from tiny import make_model
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent import plot as plot_module
 from trl_multiagent.plot import find_trainer_state, plot_run
+from trl_multiagent.testing import make_model
 
 
 pytest.importorskip("matplotlib")

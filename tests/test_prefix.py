@@ -7,7 +7,6 @@ import torch
 import transformers
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
-from tiny import make_model
 from transformers import LlamaForCausalLM
 from trl.trainer.utils import add_fused_lm_head, pad
 
@@ -20,6 +19,7 @@ from trl_multiagent.prefix import (
     supports_prompt_sharing,
     uses_reentrant_checkpointing,
 )
+from trl_multiagent.testing import make_model
 
 
 PAD = 0

@@ -5,12 +5,12 @@ import pytest
 import torch
 from conftest import SEED_PROMPTS
 from datasets import Dataset
-from tiny import make_model, make_tokenizer
 from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
 from trl.rewards import think_format_reward
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.rewards import aggregate_agents, is_per_agent
+from trl_multiagent.testing import make_model, make_tokenizer
 
 
 CHAT_TEMPLATE = (

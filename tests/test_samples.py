@@ -3,10 +3,10 @@
 import pytest
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
-from tiny import make_model
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.samples import SampleAnswers, format_samples
+from trl_multiagent.testing import make_model
 
 
 def test_samples_are_the_scored_joint_answers_of_the_first_and_last_step(tmp_path, tokenizer):
@@ -24,7 +24,7 @@ def test_samples_are_the_scored_joint_answers_of_the_first_and_last_step(tmp_pat
     trainer.train()
 
     assert sorted(samples.steps) == [1, 3]
-    for step, turns in samples.steps.items():
+    for turns in samples.steps.values():
         # 2 prompts: turn 1 scores 2 x K=2 joint answers; every branch goes on, with K=2 joint answers each
         assert [len(turns[1]), len(turns[2])] == [4, 8]
         for scored in turns.values():

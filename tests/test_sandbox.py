@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
-
-import sandbox  # noqa: E402
-from sandbox import SandboxUnavailable, check_sandbox, run_python, sandbox_backend  # noqa: E402
+# recipes/ is on the import path through `pythonpath` in pyproject.toml's [tool.pytest.ini_options]
+import sandbox
+from sandbox import SandboxUnavailable, check_sandbox, run_python, sandbox_backend
 
 
 needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # fails without bubblewrap (tests/conftest.py)

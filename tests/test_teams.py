@@ -7,11 +7,11 @@ import torch
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 from peft import LoraConfig, PeftModel
-from tiny import make_model, make_tokenizer
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.batching import split_micro_batches
+from trl_multiagent.testing import make_model, make_tokenizer
 
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], lora_dropout=0.0)

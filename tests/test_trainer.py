@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
-from tiny import make_model
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.testing import make_model
 
 
 def config(tmp_path, **overrides):

@@ -9,7 +9,8 @@ import sys
 
 import pandas as pd
 import trl
-from tiny import make_model, make_tokenizer
+
+from trl_multiagent.testing import make_model, make_tokenizer
 
 
 CHAT_TEMPLATE = (

@@ -19,12 +19,12 @@ import vllm  # noqa: F401  (fails collection where vLLM is missing)
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 from peft import LoraConfig
-from tiny import make_model, make_tokenizer
 from trl.models.utils import disable_gradient_checkpointing
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.generation.vllm_colocate import engine_model
 from trl_multiagent.generation.vllm_server import VLLMServerGenerator
+from trl_multiagent.testing import make_model, make_tokenizer
 
 
 pytestmark = pytest.mark.vllm
@@ -277,7 +277,6 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
 
 
 def _distributed(tmp_path, *args):
-    sys.path.insert(0, os.path.dirname(__file__))
     from test_distributed import finished
 
     info, weights = finished(tmp_path, "--use_vllm", "--max_steps", 2, *args)

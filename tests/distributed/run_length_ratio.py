@@ -13,17 +13,13 @@ import sys
 import zlib
 
 import torch
+from datasets import Dataset
+from transformers import TrainerCallback
 
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from tiny import make_model, make_tokenizer  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
-
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint  # noqa: E402
-from trl_multiagent.rollout import Generation  # noqa: E402
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
+from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.rollout import Generation
+from trl_multiagent.testing import make_model, make_tokenizer
 
 
 class StopAt(TrainerCallback):
@@ -148,7 +144,7 @@ def main():
         **team,
         tokenizer=tokenizer,
         reward_func=length_ratio_reward, external_transition=feedback,
-        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}), args=args,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS * 2}), args=args,
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,
     )  # fmt: skip
     state = trainer.accelerator.state

@@ -1,4 +1,16 @@
-"""Tiny offline models for tests: a byte-level BPE tokenizer trained in memory and a random small causal LM."""
+"""Tiny offline models: a byte-level BPE tokenizer trained in memory and random small causal LMs, for tests, smoke
+runs and benchmarks. Nothing is downloaded: the tokenizer is trained on the few sentences of `CORPUS`.
+
+>>> from trl_multiagent.testing import make_model, make_tokenizer
+>>> tokenizer = make_tokenizer()
+>>> len(tokenizer), tokenizer.pad_token, tokenizer.eos_token
+(400, '<pad>', '</s>')
+>>> tokenizer.decode(tokenizer("Design a playground on Mars:")["input_ids"])
+'Design a playground on Mars:'
+>>> model = make_model(tokenizer, seed=0)
+>>> model.config.vocab_size, model.config.hidden_size, model.config.num_hidden_layers
+(400, 32, 2)
+"""
 
 from __future__ import annotations
 

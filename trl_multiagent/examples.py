@@ -1,6 +1,20 @@
-"""The seed example's task, with no dependency beyond the standard library: its four prompts, the joint reward and
-the feedback transition. `length_ratio.py`, the benchmarks (whose CoMLRL subprocess must not import
-trl_multiagent) and the tests all use these."""
+"""The seed example's task: its four prompts, the joint reward and the feedback transition. The recipe
+`recipes/length_ratio.py`, the benchmarks and the tests all use these.
+
+It imports only the standard library: the benchmarks' CoMLRL workers use it, and it should bring nothing into their
+process beyond the package itself. Importing it runs `trl_multiagent/__init__.py` (the trainer and the libraries it
+builds on), so both workers of `benchmarks/bench_vs_comlrl.py` import `trl_multiagent` before they take their memory
+baseline, and neither side counts it.
+
+Agent 2's answer should be 2 to 3 times as long as agent 1's:
+
+>>> from trl_multiagent.examples import length_feedback, length_ratio_reward
+>>> length_ratio_reward(["four", "four"], ["ten chars.", "four"])
+[1.0, 0.36787944117144233]
+>>> feedback = length_feedback("Describe a city in the clouds:", ["four", "four"], num_agents=2)
+>>> len(feedback), "had 4 characters. The second answer was 1.0 times as long as the first" in feedback[0]
+(2, True)
+"""
 
 import math
 
