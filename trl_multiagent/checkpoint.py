@@ -9,6 +9,7 @@ newest complete checkpoint.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 
@@ -149,7 +150,6 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
     """
     os.makedirs(output_dir, exist_ok=True)
     for i in range(team.num_agents):
-        record_hub_base(team.agent(i))
         if team.is_shared_base:
             # PEFT writes a named adapter into `<dir>/<name>/`, and the adapters are named `agent_{i}`.
             team.agent(i).save_pretrained(
@@ -158,13 +158,23 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
         else:
             team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
         tokenizers[i].save_pretrained(agent_dir(output_dir, i))
+        record_hub_base(agent_dir(output_dir, i))
 
 
-def record_hub_base(agent) -> None:
+def record_hub_base(folder: str) -> None:
     """An adapter on the embedded model records the model's Hub id as its base, not this machine's cache folder, so
-    that `PeftModel.from_pretrained` finds the base anywhere."""
-    for config in getattr(agent, "peft_config", {}).values():
-        config.base_model_name_or_path = hub_id(config.base_model_name_or_path) or config.base_model_name_or_path
+    that `PeftModel.from_pretrained` finds the base anywhere. Written into the saved `adapter_config.json`, after PEFT
+    saved it: PEFT would look the Hub id up while saving."""
+    path = os.path.join(folder, "adapter_config.json")
+    if not os.path.isfile(path):
+        return
+    with open(path) as file:
+        config = json.load(file)
+    hub = hub_id(config.get("base_model_name_or_path"))
+    if hub is not None:
+        config["base_model_name_or_path"] = hub
+        with open(path, "w") as file:
+            json.dump(config, file, indent=2, sort_keys=True)
 
 
 def save_merged_team(team, tokenizers: list, output_dir: str) -> None:
