@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_multiagent.importance import importance_sampling_ratio, sampling_stats
+from trl_multiagent.importance import importance_sampling_ratio, sampling_stats, sampling_values
 
 
 OLD = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, -3.0]])
@@ -34,7 +34,7 @@ def test_sequence_modes_use_the_summed_difference():
 
 def test_stats_cover_real_tokens_only():
     ratio = importance_sampling_ratio(OLD, SAMPLED, MASK, "token_truncate", 0.0, 10.0)
-    stats = sampling_stats(OLD, SAMPLED, MASK, ratio)
+    stats = sampling_stats(*sampling_values(OLD, SAMPLED, MASK, ratio))
     assert stats["sampling_logp_difference/max"] == pytest.approx(1.0)  # |-2 - -1|; padding's 2.0 is not counted
     assert stats["sampling_logp_difference/mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 0.0) / 4)  # NaN left out
     assert stats["importance_sampling_ratio/min"] == pytest.approx(math.exp(-1.0))

@@ -20,6 +20,7 @@ COMPLETION_KEYS = (
     "old_per_token_logps",
     "ref_per_token_logps",
     "importance_sampling_ratio",
+    "sampling_per_token_logps",
 )
 
 

@@ -8,6 +8,7 @@ package replaces, so the same rule lives here.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -46,57 +47,67 @@ def importance_sampling_ratio(
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
-def sampling_stats(
+def sampling_values(
     old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, ratio: torch.Tensor
-) -> dict[str, float]:
-    """How far the sampler was from the trainer: TRL's `sampling/*` metrics for one process's rows.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat values TRL's `sampling/*` metrics reduce, for some rows: ``|old - sampling|`` of the real tokens the
+    sampler scored, and the ratios (of the real tokens in the token modes, one per row in the sequence modes). Values
+    of several chunks of rows concatenate into those of their union."""
+    real = mask.bool()
+    delta = (old_logps - sampling_logps).abs()[real]
+    ratios = ratio[real] if ratio.shape == mask.shape else ratio.flatten()
+    return delta[~torch.isnan(delta)], ratios
+
+
+def sampling_stats(deltas: torch.Tensor, ratios: torch.Tensor) -> dict[str, float]:
+    """How far the sampler was from the trainer: TRL's `sampling/*` metrics for one process's rows, from their
+    `sampling_values`.
 
     Keys (TRL's, without their `sampling/` prefix): `sampling_logp_difference/{mean,max}` and
     `importance_sampling_ratio/{min,mean,max}`; NaN when there is no real token.
+
+    >>> sampling_stats(torch.tensor([0.5, 0.0]), torch.tensor([2.0, 1.0]))["importance_sampling_ratio/mean"]
+    1.5
     """
-    real = mask.bool()
-    delta = (old_logps - sampling_logps).abs()[real]
-    delta = delta[~torch.isnan(delta)]
-    ratios = ratio[real] if ratio.shape == mask.shape else ratio.flatten()  # token modes, or one per sequence
     nan = float("nan")
     return {
-        "sampling_logp_difference/mean": delta.mean().item() if delta.numel() else nan,
-        "sampling_logp_difference/max": delta.max().item() if delta.numel() else nan,
+        "sampling_logp_difference/mean": deltas.mean().item() if deltas.numel() else nan,
+        "sampling_logp_difference/max": deltas.max().item() if deltas.numel() else nan,
         "importance_sampling_ratio/min": ratios.min().item() if ratios.numel() else nan,
         "importance_sampling_ratio/mean": ratios.mean().item() if ratios.numel() else nan,
         "importance_sampling_ratio/max": ratios.max().item() if ratios.numel() else nan,
     }
 
 
-def reduce_sampling_stats(gathered: list[list[dict[str, float]]], agents: list[int]) -> dict[str, float]:
+def reduce_sampling_stats(gathered: list[dict[int, dict[str, float]]]) -> dict[str, float]:
     """TRL's `sampling/*` metrics over every process and corrected agent, and `agent_{i}/sampling/*` for each, from
-    each process's `sampling_stats` per agent (``gathered[process][slot]``, `agents[slot]` the agent). NaN (no real
-    token on a process) is left out.
+    each process's `sampling_stats` per agent (``gathered[process][agent]``, the same agents on every process). NaN
+    (no real token on a process) is left out.
 
-    >>> reduce_sampling_stats([[{"x/max": 1.0}], [{"x/max": 3.0}]], agents=[1])
+    >>> reduce_sampling_stats([{1: {"x/max": 1.0}}, {1: {"x/max": 3.0}}])
     {'agent_1/sampling/x/max': 3.0, 'sampling/x/max': 3.0}
     """
     reduce = {"min": min, "max": max, "mean": lambda values: sum(values) / len(values)}
-    metrics = {}
-    for key in gathered[0][0]:
+    metrics, agents = {}, list(gathered[0])
+    for key in gathered[0][agents[0]]:
         how = reduce[key.rsplit("/", 1)[1]]
-        for slot, agent in enumerate(agents):
-            values = [p[slot][key] for p in gathered if p[slot][key] == p[slot][key]]
+        for agent in agents:
+            values = [p[agent][key] for p in gathered if p[agent][key] == p[agent][key]]
             if values:
                 metrics[f"agent_{agent}/sampling/{key}"] = how(values)
-        values = [p[s][key] for p in gathered for s in range(len(agents)) if p[s][key] == p[s][key]]
+        values = [p[a][key] for p in gathered for a in agents if p[a][key] == p[a][key]]
         if values:
             metrics[f"sampling/{key}"] = how(values)
     return metrics
 
 
-def add_importance_sampling_ratio(batch: dict, args) -> dict[str, float]:
-    """Put TRL's `importance_sampling_ratio` into `batch` (one agent's rows), from its old-policy and sampler
-    log-probs (the latter are taken out), with `args`' `vllm_importance_sampling_*` settings; return the sampling
-    statistics of TRL's `sampling/*` metrics."""
-    old, sampled, mask = batch["old_per_token_logps"], batch.pop("sampling_per_token_logps"), batch["completion_mask"]
+def add_importance_sampling_ratio(batch: dict, old_logps: torch.Tensor, args) -> tuple[torch.Tensor, torch.Tensor]:
+    """Put TRL's `importance_sampling_ratio` into `batch` (some of one agent's rows), from the old policy's log-probs
+    and the batch's `sampling_per_token_logps`, with `args`' `vllm_importance_sampling_*` settings; return the rows'
+    `sampling_values`."""
+    sampled, mask = batch["sampling_per_token_logps"], batch["completion_mask"]
     ratio = importance_sampling_ratio(
-        old,
+        old_logps,
         sampled,
         mask,
         args.vllm_importance_sampling_mode,
@@ -104,4 +115,54 @@ def add_importance_sampling_ratio(batch: dict, args) -> dict[str, float]:
         args.vllm_importance_sampling_clip_max,
     )
     batch["importance_sampling_ratio"] = ratio
-    return sampling_stats(old, sampled, mask, ratio)
+    return sampling_values(old_logps, sampled, mask, ratio)
+
+
+class RatioFromLoss:
+    """The correction computed in the loss, from the loss's own log-probs, for rows that are on-policy.
+
+    GRPOTrainer computes the old policy's log-probs in an extra forward over every row before the update, because
+    vLLM's correction needs them. When a generation's rows serve exactly one optimizer step (`num_iterations == 1`,
+    `gradient_accumulation_steps` a multiple of `steps_per_generation`), the old policy is the policy the loss runs:
+    its log-probs, detached, give the same ratio at no extra cost. TRL's `_compute_loss` computes the policy's
+    log-probs before it reads `importance_sampling_ratio` (or OPSM's `sampling_per_token_logps`, or VESPO's ratio),
+    so the ratio is set into the rows the moment the log-probs exist:
+
+    - `expecting(agent, rows)` around the loss of rows that carry sampler log-probs and no ratio;
+    - `observe(logps)` in the log-prob function: the first log-probs computed inside `expecting` are the rows';
+    - `flush()` once a generation's rows have all been through the loss: each agent's `sampling_stats` (TRL's
+      `sampling/*` metrics, over the same rows as the separate pass would report).
+    """
+
+    def __init__(self, args):
+        self.args = args
+        self._expected: tuple[int, dict] | None = None
+        self._values: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    @contextlib.contextmanager
+    def expecting(self, agent: int, rows: dict):
+        if "importance_sampling_ratio" in rows or "sampling_per_token_logps" not in rows:
+            yield
+            return
+        self._expected = (agent, rows)
+        try:
+            yield
+            if self._expected is not None:  # a TRL release that no longer computes the policy's log-probs first
+                raise RuntimeError(
+                    f"RatioFromLoss: the loss of agent {agent} ran without computing the policy's log-probs; the "
+                    "importance-sampling ratio could not be set. Use the tested TRL release (docs/versions.md)."
+                )
+        finally:
+            self._expected = None
+
+    def observe(self, logps: torch.Tensor) -> None:
+        if self._expected is None:
+            return
+        (agent, rows), self._expected = self._expected, None
+        self._values.setdefault(agent, []).append(add_importance_sampling_ratio(rows, logps.detach(), self.args))
+
+    def flush(self) -> dict[int, dict[str, float]]:
+        """Each agent observed since the last flush, in order, with its rows' `sampling_stats`."""
+        stats = {a: sampling_stats(*map(torch.cat, zip(*self._values[a], strict=True))) for a in sorted(self._values)}
+        self._values = {}
+        return stats

@@ -23,7 +23,7 @@ from .config import MAGRPOConfig
 from .credit import group_advantages
 from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
 from .generation import build_generator
-from .importance import add_importance_sampling_ratio, reduce_sampling_stats
+from .importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
 from .rollout import Generation, RolloutTree, run_rollout
@@ -193,6 +193,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             wrapped_model=lambda: self.model_wrapped,
         )
         self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
+        self._ratio_from_loss = RatioFromLoss(args)
 
     # ------------------------------------------------------------------ rollout
 
@@ -235,7 +236,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
         rows_per_agent = max_over_processes(self.accelerator, len(tree.nodes) * k)
-        agent_batches, tokens, sampling = [], 0, []
+        agent_batches, tokens, sampling, args = [], 0, {}, self.args
         for i in range(self.num_agents):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
             pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device
@@ -244,15 +245,13 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
-            if self._corrects_sampling(i):
-                sampling.append(add_importance_sampling_ratio(batch, self.args))
+            if self._corrects_sampling(i) and "old_per_token_logps" in batch:  # else the loss sets it: `RatioFromLoss`
+                sampling[i] = sampling_stats(*add_importance_sampling_ratio(batch, batch["old_per_token_logps"], args))
             agent_batches.append(batch)
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
         if sampling:
-            agents = [i for i in range(self.num_agents) if self._corrects_sampling(i)]
-            for key, value in reduce_sampling_stats(gather_object([sampling]), agents).items():
-                self._metrics[mode][key].append(value)
+            self._log_sampling_stats(mode, sampling)
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             env = self.environment
             table = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
@@ -274,9 +273,10 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         trains = agent in self.trainable_agents
         checkpointing = disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs)
         with self._rollout_times.phase("logps"), checkpointing:
-            # As GRPOTrainer: off-policy updates, and vLLM's sampling correction, need the old policy's log-probs.
+            # As GRPOTrainer: off-policy updates, and vLLM's sampling correction, need the old policy's log-probs. Where
+            # a training step's rows are on-policy, the correction takes them from the loss instead (`RatioFromLoss`).
             off_policy = self.args.gradient_accumulation_steps % generate_every != 0
-            if trains and (off_policy or self._corrects_sampling(agent)):
+            if trains and (off_policy or (self._corrects_sampling(agent) and not self.model.training)):
                 with self.team.acting(agent):
                     batch["old_per_token_logps"] = logps(self.model)[0]
             if trains and self.beta != 0.0 and self.ref_team is not None:
@@ -285,6 +285,10 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             elif trains and self.beta != 0.0:
                 with self.team.reference(agent):
                     batch["ref_per_token_logps"] = logps(self.model)[0]
+
+    def _log_sampling_stats(self, mode: str, stats: dict[int, dict]) -> None:
+        for key, value in reduce_sampling_stats(gather_object([stats])).items():
+            self._metrics[mode][key].append(value)
 
     def _corrects_sampling(self, agent: int) -> bool:
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
@@ -324,13 +328,16 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         distinct prompt runs once (`share_prompts`): `prefix.chunked_per_token_logps`."""
         args, stock = (model, input_ids, attention_mask, logits_to_keep), super()._get_per_token_logps_and_entropies
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
-            return stock(*args, batch_size, compute_entropy, compute_aux_loss, **multimodal)
-        shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
-        chunk = batch_size or self.update_chunk_size
-        logps, entropies = chunked_per_token_logps(
-            *args, chunk, shared, compute_entropy, stock, self.accelerator.autocast
-        )
-        return logps, entropies, None
+            result = stock(*args, batch_size, compute_entropy, compute_aux_loss, **multimodal)
+        else:
+            shared = self.share_prompts and not (torch.is_grad_enabled() and uses_reentrant_checkpointing(self.team))
+            chunk = batch_size or self.update_chunk_size
+            logps, entropies = chunked_per_token_logps(
+                *args, chunk, shared, compute_entropy, stock, self.accelerator.autocast
+            )
+            result = logps, entropies, None
+        self._ratio_from_loss.observe(result[0])  # in a loss of on-policy rows: their importance-sampling ratio
+        return result
 
     def _get_train_sampler(self, dataset=None):
         """GRPOTrainer's sampler, with each epoch's prompt order seeded by the epoch: a resumed run sees the same order."""
@@ -355,6 +362,10 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         start = time.perf_counter()
         loss = super().training_step(model, inputs, num_items_in_batch)
         self._update_times.add(time.perf_counter() - start - self._rollout_seconds, self._micro_batch_tokens)
+        if self._step % self.args.steps_per_generation == 0:  # a generation's rows have all been through the loss
+            stats = self._ratio_from_loss.flush()
+            if stats:
+                self._log_sampling_stats("train", stats)
         if self._step % self.current_gradient_accumulation_steps == 0:
             for key, value in self._update_times.flush().items():
                 self._metrics["train"][key].append(value)
@@ -387,6 +398,6 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         for agent, (agent_inputs, weight) in enumerate(zip(inputs, weights, strict=True)):
             if agent not in self.trainable_agents:
                 continue  # a frozen agent acts in rollouts but has nothing to learn
-            with team.acting(agent):
+            with team.acting(agent), self._ratio_from_loss.expecting(agent, agent_inputs):
                 loss = loss + weight * self._compute_loss(team, agent_inputs)
         return loss
