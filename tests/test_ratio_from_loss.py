@@ -57,7 +57,9 @@ def sample_like_vllm(trainer):
         logps = []
         with torch.no_grad(), trainer.team.acting(agent):
             model = trainer.team.agent(agent)
-            for prompt, completion in zip([p for p in prompt_ids for _ in range(num_generations)], completions):
+            for prompt, completion in zip(
+                [p for p in prompt_ids for _ in range(num_generations)], completions, strict=True
+            ):
                 ids = torch.tensor([list(prompt) + list(completion)])
                 logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
                 own = logits.log_softmax(-1).gather(-1, ids[0, len(prompt) :, None])[:, 0]
