@@ -250,14 +250,21 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
     overrides = {"max_steps": 2, "learning_rate": 1e-3}
     agents = [vllm_model(tok, seed=i) for i in range(2)]
     with trainer_for(tmp_path, overrides, agents=agents, tokenizer=tok, reward_func=recorded_reward) as trainer:
+        passes, logps = [], trainer._get_per_token_logps_and_entropies
+
+        def counted_logps(*args, **kwargs):  # log-prob forwards outside the loss (gradients off)
+            passes.extend([] if torch.is_grad_enabled() else [1])
+            return logps(*args, **kwargs)
+
+        trainer._get_per_token_logps_and_entropies = counted_logps
         trainer.train()
         history = trainer.state.log_history
-        # TRL's loss weighs each agent's tokens by the ratio computed from vLLM's log-probs.
+        # On-policy rows: TRL's loss weighs each agent's tokens by the ratio of vLLM's log-probs to the loss's own
+        # (`RatioFromLoss`), with no old-policy pass before the update.
         for agent_rows in trainer._buffered_inputs[0]:
-            ratio, mask = agent_rows["importance_sampling_ratio"], agent_rows["completion_mask"]
-            sequence_level = trainer.args.vllm_importance_sampling_mode.startswith("sequence")
-            assert ratio.shape == ((mask.size(0), 1) if sequence_level else mask.shape)
-            assert 0.999 < ratio.min() and ratio.max() < 1.001
+            assert "old_per_token_logps" not in agent_rows and "importance_sampling_ratio" not in agent_rows
+            assert agent_rows["sampling_per_token_logps"].shape == agent_rows["completion_mask"].shape
+        assert passes == []
     # The placeholder check when the trainer is built (2 joint answers); then 2 prompts per step: 4 joint answers per
     # prompt at turn 1 and 16 at turn 2, as without vLLM.
     assert calls == [(1, 2)] + [(1, 8), (2, 32)] * 2
