@@ -20,6 +20,7 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, load_sh
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
+from .distributed import end_at_exit
 from .models import hub_id
 
 
@@ -215,7 +216,8 @@ def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, b
 class TeamCheckpointing:
     """The Trainer's saving and resuming hooks, for a team (mixed into `MAGRPOTrainer`, before `GRPOTrainer`).
 
-    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint` and `train`, and adds `save_merged_model`.
+    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint` and `train` (which also arranges the release of the
+    process groups at exit), and adds `save_merged_model`.
     """
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
@@ -233,7 +235,11 @@ class TeamCheckpointing:
         save_merged_team(self.accelerator.unwrap_model(self.model), self.tokenizers, output_dir)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
+        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`).
+
+        The process groups are released when the process exits (`trainer.end()` at exit, unless called before).
+        """
+        end_at_exit(self)
         if resume_from_checkpoint:
             resume_from_checkpoint = resolve_resume(self.args.output_dir, resume_from_checkpoint)
         if resume_from_checkpoint and self.args.should_log:

@@ -1,8 +1,11 @@
-"""What the processes of a run agree on: whether a rollout goes on to another turn, and when gradients are reduced."""
+"""What the processes of a run agree on: whether a rollout goes on to another turn, and when gradients are reduced;
+and the release of the process groups when the process exits."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import weakref
 
 import torch
 from accelerate.utils import gather_object
@@ -46,3 +49,31 @@ def max_over_processes(accelerator, value: int) -> int:
         return value
     count = torch.tensor([value], device=accelerator.device)
     return int(accelerator.reduce(count, reduction="max").item())
+
+
+_END_AT_EXIT: list = []  # weak references to the trainers whose `end()` runs at exit (registered once per process)
+
+
+def end_at_exit(trainer) -> None:
+    """Run `trainer.end()` (Trainer's own release: `accelerator.end_training()`, which destroys every process group)
+    when the interpreter exits, if the script did not call it.
+
+    Not at the end of `train()`: `save_model`, `evaluate` and `push_to_hub` after `train()` still need the groups (a
+    ZeRO-3 save gathers the shards). Left to interpreter finalisation, a gloo thread still held by a DeepSpeed group
+    aborts a finished run ("terminate called without an active exception", pytorch/pytorch#179291), so a successful
+    script would exit non-zero. `atexit` runs while the interpreter is still whole; after an explicit `trainer.end()`
+    there is nothing left to destroy. The reference is weak, so this keeps no trainer alive.
+    """
+    if not _END_AT_EXIT:
+        atexit.register(_end_trainers)
+    if not any(ref() is trainer for ref in _END_AT_EXIT):
+        _END_AT_EXIT.append(weakref.ref(trainer))
+
+
+def _end_trainers() -> None:
+    for ref in _END_AT_EXIT:
+        if (trainer := ref()) is not None:
+            trainer.end()
+    # A trainer already collected leaves its groups behind: they belong to torch, not to the trainer.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -4,12 +4,11 @@ Launched by tests/test_distributed.py under torchrun with 2 processes (gloo on C
 """
 
 import argparse
+import atexit
 import contextlib
-import gc
 import json
 import os
 import signal
-import sys
 import zlib
 
 import torch
@@ -83,6 +82,10 @@ def gathered(module, trainer):
     return contextlib.nullcontext()
 
 
+def groups_state():
+    return "held" if torch.distributed.is_initialized() else "released"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
@@ -110,6 +113,9 @@ def main():
     cli = parser.parse_args()
 
     tokenizer = make_tokenizer()
+    if cli.deepspeed:
+        # DeepSpeed's own import sets PYTORCH_NVML_BASED_CUDA_CHECK (0.19.8); the check below is about what ours sets.
+        import deepspeed  # noqa: F401
     environment = dict(os.environ)
     args = MAGRPOConfig(
         output_dir=cli.output_dir, num_turns=2, early_termination_threshold=0.55, num_generations=2,
@@ -124,6 +130,9 @@ def main():
     # Building a config changes no environment variable (for `deepspeed=` on CPU it builds the gloo state itself).
     assert dict(os.environ) == environment, set(os.environ.items()) ^ set(environment.items())
     rank = int(os.environ.get("RANK", "0"))
+    # Registered before the trainer's own exit hook, so it runs after it (atexit is last in, first out): the script
+    # just returns, and the trainer must have released the process groups by then (tests/test_distributed.py).
+    atexit.register(lambda: print(f"rank {rank}: process groups at exit: {groups_state()}", flush=True))
 
     def feedback(prompt, agent_completions, num_agents, **history):
         if rank == cli.fail_on_rank and cli.fail_in == "transition":
@@ -188,17 +197,6 @@ def main():
                 "log_history": trainer.state.log_history, "visible_while_generating": visible}  # fmt: skip
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump(info, f)
-    # Tear the process groups down before the interpreter does, then leave without its finalisation: a gloo thread
-    # still held by a DeepSpeed group at interpreter exit aborts the process ("terminate called without an active
-    # exception"), once in a while, after every result above is written (pytorch/pytorch#179291).
-    accelerator = trainer.accelerator
-    accelerator.wait_for_everyone()
-    del trainer, team
-    gc.collect()
-    accelerator.end_training()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
