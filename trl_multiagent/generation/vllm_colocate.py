@@ -32,6 +32,7 @@ from ..devices import has_accelerator
 from . import vllm_cpu
 from .base import gathered_parameters
 from .vllm_base import VLLMGenerator
+from .vllm_process import kept_for_training
 from .vllm_settings import prepare_environment
 
 
@@ -100,39 +101,41 @@ class VLLMColocateGenerator(VLLMGenerator):
         groups = [list(range(team.num_agents))] if team.is_shared_base else [[i] for i in range(team.num_agents)]
         max_num_seqs = min(max_turn_sequences(args, team.num_agents), MAX_NUM_SEQS_CAP)
         self.engines: list[Engine] = []
-        for index, agents in enumerate(groups):
-            module = team.agent(agents[0])
-            lora = hasattr(module, "peft_config")
-            folder = os.path.join(self.workdir, f"engine_{index}")
-            self._write_model_folder(module, folder, with_weights=lora)
-            llm_kwargs = {}
-            if lora:
-                ranks = [module.peft_config[peft_adapter_name(team, a)].r for a in agents]
-                rank = next(r for r in VLLM_LORA_RANKS if r >= max(ranks))
-                llm_kwargs.update(enable_lora=True, max_loras=len(agents), max_lora_rank=rank)
-            else:
-                llm_kwargs.update(load_format="dummy")  # the trainer's weights arrive with the first sync
-            llm = LLM(
-                model=folder,
-                dtype=str(next(module.parameters()).dtype).removeprefix("torch."),
-                seed=args.seed + accelerator.process_index * len(groups) + index,
-                max_model_len=args.vllm_max_model_length,
-                max_num_seqs=max_num_seqs,
-                # Each engine gets an equal share of what TRL's field allows its one engine.
-                gpu_memory_utilization=args.vllm_gpu_memory_utilization / len(groups),
-                enable_sleep_mode=self.sleep,
-                model_impl=args.vllm_model_impl,
-                distributed_executor_backend="external_launcher",
-                skip_tokenizer_init=True,  # prompts go in as token ids and completions come back as ids
-                generation_config="vllm",  # sampling settings come from MAGRPOConfig, not the model's file
-                logprobs_mode="processed_logprobs",  # log-probs of the distribution actually sampled from
-                enforce_eager=not has_accelerator(),  # torch.compile adds a minute to start-up on a CPU, for little gain
-                trust_remote_code=args.trust_remote_code,
-                **llm_kwargs,
-            )
-            if self.sleep:
-                llm.sleep(level=1)
-            self.engines.append(Engine(llm, agents, lora, folder))
+        # vLLM sets the process up for serving while it builds an engine; the update shares the process.
+        with kept_for_training():
+            for index, agents in enumerate(groups):
+                module = team.agent(agents[0])
+                lora = hasattr(module, "peft_config")
+                folder = os.path.join(self.workdir, f"engine_{index}")
+                self._write_model_folder(module, folder, with_weights=lora)
+                llm_kwargs = {}
+                if lora:
+                    ranks = [module.peft_config[peft_adapter_name(team, a)].r for a in agents]
+                    rank = next(r for r in VLLM_LORA_RANKS if r >= max(ranks))
+                    llm_kwargs.update(enable_lora=True, max_loras=len(agents), max_lora_rank=rank)
+                else:
+                    llm_kwargs.update(load_format="dummy")  # the trainer's weights arrive with the first sync
+                llm = LLM(
+                    model=folder,
+                    dtype=str(next(module.parameters()).dtype).removeprefix("torch."),
+                    seed=args.seed + accelerator.process_index * len(groups) + index,
+                    max_model_len=args.vllm_max_model_length,
+                    max_num_seqs=max_num_seqs,
+                    # Each engine gets an equal share of what TRL's field allows its one engine.
+                    gpu_memory_utilization=args.vllm_gpu_memory_utilization / len(groups),
+                    enable_sleep_mode=self.sleep,
+                    model_impl=args.vllm_model_impl,
+                    distributed_executor_backend="external_launcher",
+                    skip_tokenizer_init=True,  # prompts go in as token ids and completions come back as ids
+                    generation_config="vllm",  # sampling settings come from MAGRPOConfig, not the model's file
+                    logprobs_mode="processed_logprobs",  # log-probs of the distribution actually sampled from
+                    enforce_eager=not has_accelerator(),  # torch.compile adds a minute to start-up on a CPU, for little gain
+                    trust_remote_code=args.trust_remote_code,
+                    **llm_kwargs,
+                )
+                if self.sleep:
+                    llm.sleep(level=1)
+                self.engines.append(Engine(llm, agents, lora, folder))
         self.engine_of = {agent: engine for engine in self.engines for agent in engine.agents}
         self._lora_ids = 0
         # Shut the engines down before vLLM's own exit hooks would, one engine at a time (see `close`); a weak
