@@ -168,6 +168,9 @@ def main() -> None:
         hf, vllm = ours["transformers"], ours["vllm"]
         print(f"generate phase (syncs included), transformers / vLLM: {hf['generate_phase_s'] / vllm['generate_phase_s']:.2f}x"
               f"; step time: {hf['step_time'] / vllm['step_time']:.2f}x")  # fmt: skip
+        # The two backends sample different completions, so the update's work differs: compare its rate.
+        rate = "throughput/update_tokens_per_s"
+        print(f"update tokens/s, vLLM / transformers: {vllm[rate]:.0f} / {hf[rate]:.0f} = {vllm[rate] / hf[rate]:.3f}")
 
 
 if __name__ == "__main__":

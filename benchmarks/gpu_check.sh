@@ -1,77 +1,88 @@
 #!/usr/bin/env bash
-# The vLLM checks that need a GPU, in one short run (no model hub needed: tiny models are built offline).
-#   1. the vLLM test suite on CUDA (colocate: greedy agreement, real syncs, sampling log-probs, LoRA engine);
-#   2. sleep mode on a shared-base LoRA team (one engine per process; vLLM's sleep mode is CUDA-only);
-#   3. server mode end to end: one `trl vllm-serve` per agent, weight syncs over NCCL.
-# Usage, from the repository root on a machine with one or more GPUs and vLLM installed (`pip install -e ".[vllm,test]"`):
-#   bash benchmarks/gpu_check.sh
+# The GPU check that fits the lent device: one H200, no network, torch 2.11, transformers 5.17, accelerate, peft, and
+# no trl, datasets, deepspeed or vLLM. Packages reach it only as wheels, at most 64 MiB per call, so the check brings
+# the small wheels it needs in call-sized bundles, and builds its models from configs (benchmarks/gpu_check.py).
+#
+#   bash benchmarks/gpu_check.sh --fetch         # here, with PyPI: the wheels into gpu_wheels/part_*/ (<= 56 MiB each)
+#   bash benchmarks/gpu_check.sh --install DIR   # on the device, one call per bundle: into the .venv-gpu-check venv
+#   bash benchmarks/gpu_check.sh                 # on the device: the check, its table in gpu_check.md (< 8 minutes)
+#   bash benchmarks/gpu_check.sh --dry           # on a CPU, tiny sizes, no install: the code path, as the tests run
+#
+# With the device tool, each call carries one bundle (git-ignored; the working tree and the bundle travel together,
+# 64 MiB in all, hence 56 MiB bundles). The venv stays on the machine between calls while it is held; naming it in
+# `carry` would replace it with this machine's (absent) one:
+#   carry ["gpu_wheels/part_1"]: bash benchmarks/gpu_check.sh --install gpu_wheels/part_1
+#   carry ["gpu_wheels/part_2"]: bash benchmarks/gpu_check.sh --install gpu_wheels/part_2
+#   carry ["gpu_wheels/part_3"]: bash benchmarks/gpu_check.sh --install gpu_wheels/part_3 && bash benchmarks/gpu_check.sh
+# The vLLM checks that need a GPU are benchmarks/gpu_vllm_check.sh, for a machine with vLLM installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-python -c "import torch, vllm; assert torch.cuda.is_available(); print('vllm', vllm.__version__, torch.cuda.get_device_name())"
+VENV=.venv-gpu-check
+BUNDLE_BYTES=$((56 * 1024 * 1024))
+PYTHON_VERSION=${GPU_CHECK_PYTHON_VERSION:-311}  # the device's CPython, for the compiled wheels
 
-echo "== 1. vLLM tests on CUDA"
-python -m pytest -q -m vllm -k "not server and not distributed and not zero3 and not two_processes"
+case "${1:-}" in
+--fetch)
+    # What the device lacks: the installed closure of what the check imports (the package, TRL, datasets, and wandb,
+    # which CoMLRL imports), pinned to what runs here, less torch, accelerate, peft and what they need (the device has
+    # them); transformers comes along because the package needs >=5.19 (the device has 5.17). pip resolves nothing
+    # here (--no-deps): the install on the device checks the imports, offline.
+    rm -rf gpu_wheels && mkdir -p gpu_wheels/all
+    pins=$(python - <<'PY'
+import importlib.metadata as m
+from packaging.requirements import Requirement
 
-echo "== 2. sleep mode, shared-base LoRA team"
-python - <<'PY'
-from datasets import Dataset
-from peft import LoraConfig
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
-from trl_multiagent.testing import make_model, make_tokenizer
+def closure(names):
+    seen, todo = {}, list(names)
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        try:
+            dist = m.distribution(name)
+        except m.PackageNotFoundError:
+            continue
+        seen[name] = dist.version
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
 
-tok = make_tokenizer()
-args = MAGRPOConfig(output_dir="/tmp/gpu_check_sleep", use_vllm=True, vllm_enable_sleep_mode=True, num_turns=2,
-                    num_generations=4, max_new_tokens=16, per_device_train_batch_size=8, max_steps=2, bf16=False,
-                    early_termination_threshold=None, report_to="none", save_strategy="no", logging_steps=1)
-trainer = MAGRPOTrainer(model=make_model(tok, hidden=64, heads=2).cuda(), num_agents=2, tokenizer=tok,
-                        peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]),
-                        reward_func=length_ratio_reward, external_transition=length_feedback,
-                        train_dataset=Dataset.from_dict({"prompt": PROMPTS}), args=args)
-trainer.train()
-steps = [e for e in trainer.state.log_history if "sampling/sampling_logp_difference/max" in e]
-assert len(steps) == 2 and all(e["sampling/sampling_logp_difference/max"] < 1e-3 for e in steps), steps
-print("sleep mode OK:", [round(e["sampling/sampling_logp_difference/max"], 7) for e in steps])
+# transformers and the libraries it pins move with it: the device's are older.
+on_device = set(closure(["torch", "accelerate", "peft"])) - set(closure(["transformers"])) | {"torch", "numpy"}
+needed = closure(["trl-multiagent", "trl", "datasets", "wandb", "transformers"])
+print(" ".join(f"{n}=={v}" for n, v in sorted(needed.items()) if n not in on_device and n != "trl-multiagent"))
 PY
-
-echo "== 3. server mode: one trl vllm-serve per agent"
-python - "$WORK" <<'PY'
-import sys
-from trl_multiagent.testing import make_model, make_tokenizer
-tok = make_tokenizer()
-for i in range(2):
-    make_model(tok, seed=i, hidden=64, heads=2).save_pretrained(f"{sys.argv[1]}/agent_{i}")
-    tok.save_pretrained(f"{sys.argv[1]}/agent_{i}")
-PY
-NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
-for i in 0 1; do
-    GPU=$(( NGPU > 1 ? i + 1 : 0 ))  # the trainer takes GPU 0 when there are more
-    CUDA_VISIBLE_DEVICES=$GPU trl vllm-serve --model "$WORK/agent_$i" --port $((8000 + i)) \
-        --gpu_memory_utilization 0.2 --logprobs-mode processed_logprobs > "$WORK/server_$i.log" 2>&1 &
-done
-CUDA_VISIBLE_DEVICES=0 python - "$WORK" <<'PY'
-import sys
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
-
-work = sys.argv[1]
-agents = [AutoModelForCausalLM.from_pretrained(f"{work}/agent_{i}").cuda() for i in range(2)]
-args = MAGRPOConfig(output_dir=f"{work}/run", use_vllm=True, vllm_mode="server", vllm_server_timeout=300,
-                    vllm_server_base_urls=["http://127.0.0.1:8000", "http://127.0.0.1:8001"], num_turns=2,
-                    num_generations=4, max_new_tokens=16, per_device_train_batch_size=8, max_steps=3, bf16=False,
-                    learning_rate=1e-3, early_termination_threshold=None, report_to="none", save_strategy="no",
-                    logging_steps=1)
-trainer = MAGRPOTrainer(agents=agents, tokenizer=AutoTokenizer.from_pretrained(f"{work}/agent_0"),
-                        reward_func=length_ratio_reward, external_transition=length_feedback,
-                        train_dataset=Dataset.from_dict({"prompt": PROMPTS * 3}), args=args)
-trainer.train()
-steps = [e for e in trainer.state.log_history if "sampling/sampling_logp_difference/max" in e]
-# Steps 2 and 3 sample from synced weights: a failed NCCL sync shows as a large difference.
-assert len(steps) == 3 and all(e["sampling/sampling_logp_difference/max"] < 1e-2 for e in steps), steps
-print("server mode OK:", [round(e["sampling/sampling_logp_difference/max"], 6) for e in steps])
-PY
-echo "gpu_check: all passed"
+)
+    pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --python-version "$PYTHON_VERSION" -d gpu_wheels/all $pins comlrl==1.4.3
+    pip wheel -q --no-deps -w gpu_wheels/all .
+    # First-fit into bundles, largest first.
+    part=0; size=$BUNDLE_BYTES
+    for wheel in $(ls -S gpu_wheels/all/*.whl); do
+        bytes=$(stat -c %s "$wheel")
+        if [ "$bytes" -gt "$BUNDLE_BYTES" ]; then echo "gpu_check: $wheel is over one call's limit" >&2; exit 1; fi
+        if [ $((size + bytes)) -gt "$BUNDLE_BYTES" ]; then part=$((part + 1)); size=0; mkdir -p "gpu_wheels/part_$part"; fi
+        mv "$wheel" "gpu_wheels/part_$part/"; size=$((size + bytes))
+    done
+    rmdir gpu_wheels/all
+    du -sh gpu_wheels/part_*
+    ;;
+--install)
+    # A venv that sees the device's own torch, accelerate and peft; each bundle adds its wheels without the network.
+    [ -x "$VENV/bin/python" ] || python -m venv --system-site-packages "$VENV"
+    "$VENV/bin/python" -m pip install -q --no-index --no-deps "$2"/*.whl
+    echo "gpu_check: installed $(ls "$2" | wc -l) wheels from $2"
+    ;;
+--dry)
+    exec python benchmarks/gpu_check.py --dry "${@:2}"
+    ;;
+*)
+    PY="$VENV/bin/python"
+    [ -x "$PY" ] || { echo "gpu_check: no $VENV; run --install with each bundle first" >&2; exit 1; }
+    # A module the bundles missed fails here, by name, before any work.
+    "$PY" -c "import trl, datasets, comlrl, trl_multiagent; print('gpu_check: trl', trl.__version__, 'datasets', datasets.__version__)"
+    "$PY" benchmarks/gpu_check.py --comlrl_python "$PY" --out gpu_check.md "$@"
+    ;;
+esac

@@ -34,3 +34,22 @@ def test_bench_limit_smoke():
     assert "rows per step: 40" in lines  # 1 prompt, K=4: (4 + 16) joint answers x 2 agents
     assert any(line.startswith("naive batched compute") for line in lines)
     assert any(line.startswith("ours (transformers) / naive step time:") for line in lines)
+
+
+def test_gpu_check_dry_run_writes_its_table(tmp_path):
+    """The GPU check's code path on a CPU (`gpu_check.sh --dry`): tiny Qwen2, CoMLRL where installed, the LoRA team
+    of 4; its table holds a row per run, with the numbers the runs measured."""
+    table = tmp_path / "table.md"
+    out = subprocess.run(
+        ["bash", os.path.join(BENCH, "gpu_check.sh"), "--dry", "--out", str(table)], capture_output=True, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = table.read_text().splitlines()
+    assert "tiny Qwen2 (dry run)" in lines[0] and "peak RSS MB" in lines[2]
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:6] for line in lines if line.startswith("| ours")}
+    assert set(rows) >= {"ours, 2 agents", "ours, shared-base LoRA team of 4 (r=16)"}
+    for name, cells in rows.items():
+        if name != "ours / CoMLRL":
+            assert all(float(cell) > 0 for cell in cells), (name, cells)
+    assert any(line.startswith("| CoMLRL 1.4.3, 2 agents |") for line in lines)
