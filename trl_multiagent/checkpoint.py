@@ -8,6 +8,7 @@ newest complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -143,6 +144,60 @@ def resolve_resume(output_dir: str, resume_from_checkpoint: bool | str) -> str |
     )
 
 
+def checkpoint_step(folder: str) -> int | str:
+    state = os.path.join(folder, TRAINER_STATE_NAME)
+    return TrainerState.load_from_json(state).global_step if os.path.isfile(state) else os.path.basename(folder)
+
+
+def agreed_resume(accelerator, output_dir: str, resume_from_checkpoint: bool | str) -> str | None:
+    """`resolve_resume` on every process, each in its own `output_dir` (nodes may not share a filesystem), checked to
+    agree on the step. A node that found another checkpoint, or none, would resume from other weights than the rest or
+    wait in the first collective until `ddp_timeout`; instead every process stops here, naming what each found."""
+    try:
+        folder, error = resolve_resume(output_dir, resume_from_checkpoint), None
+    except (ValueError, FileNotFoundError) as e:
+        folder, error = None, e
+    if accelerator.num_processes == 1:
+        if error is not None:
+            raise error
+        return folder
+    from accelerate.utils import gather_object
+
+    found = gather_object(
+        [(None if folder is None else checkpoint_step(folder), None if error is None else str(error))]
+    )
+    if len(set(found)) == 1:
+        if error is not None:
+            raise error
+        return folder
+    seen = {rank: f"step {s}" if e is None else e for rank, (s, e) in enumerate(found)}
+    raise ValueError(
+        f"MAGRPOTrainer: resume_from_checkpoint={resume_from_checkpoint!r}: the processes do not find the same "
+        f"checkpoint in their output_dir: {seen}. Each process reads output_dir on its own node; nodes without a "
+        "shared filesystem need save_on_each_node=True, so that every node writes the checkpoints it resumes from."
+    )
+
+
+@contextlib.contextmanager
+def written_by_caller(model):
+    """Let the caller decide that this process writes `model`, as the Trainer's `should_save` does.
+
+    transformers 5 writes a model only on global rank 0 once torch.distributed is up
+    (`PreTrainedModel.should_save_on_this_rank`), which is right for a tensor-parallel model it gathers, but with
+    `save_on_each_node=True` the first process of every node writes its node's checkpoint: without this, the other
+    nodes' folders got the tokenizers and no weights, and could not resume. An agent here is never tensor-parallel
+    (under ZeRO-3 the caller passes the gathered `state_dict`); one with a `distributed_config` is left as it is.
+    """
+    if not hasattr(model, "should_save_on_this_rank") or getattr(model.config, "distributed_config", None):
+        yield
+        return
+    model.should_save_on_this_rank = lambda is_main_process: is_main_process
+    try:
+        yield
+    finally:
+        del model.should_save_on_this_rank
+
+
 def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None = None) -> None:
     """Write `agent_{i}/` for each agent: full weights, or a PEFT adapter; with its tokenizer.
 
@@ -157,7 +212,8 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
                 output_dir, selected_adapters=[team.adapter_names[i]], state_dict=agent_state_dict(state_dict, 0)
             )
         else:
-            team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
+            with written_by_caller(team.agent(i)):
+                team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
         tokenizers[i].save_pretrained(agent_dir(output_dir, i))
         record_hub_base(agent_dir(output_dir, i))
 
@@ -241,10 +297,11 @@ class TeamCheckpointing:
         """
         end_at_exit(self)
         if resume_from_checkpoint:
-            resume_from_checkpoint = resolve_resume(self.args.output_dir, resume_from_checkpoint)
+            resume_from_checkpoint = agreed_resume(self.accelerator, self.args.output_dir, resume_from_checkpoint)
         if resume_from_checkpoint and self.args.should_log:
-            step = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)).global_step
-            logger.warning(f"MAGRPOTrainer: resuming from {resume_from_checkpoint} (step {step}).")
+            logger.warning(
+                f"MAGRPOTrainer: resuming from {resume_from_checkpoint} (step {checkpoint_step(resume_from_checkpoint)})."
+            )
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
 
     def _save_checkpoint(self, model, trial) -> None:

@@ -100,7 +100,9 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
         generate_chunk_size (`int` or `None`, *optional*):
             Most rows (prompts times K) of one agent in one `generate` call. A turn with more live nodes runs in
             several calls, a node's K rows always in the same call, in the same order on every process. `None`
-            (default): one call per agent per turn. vLLM schedules its own batches and ignores it.
+            (default): one call per agent per turn. With colocated vLLM engines, the most sequences an engine decodes
+            at once (its `max_num_seqs`; vLLM queues the rest of the turn); in server mode the server's own
+            `--max_num_seqs` applies, and a warning says so.
         num_agents (`int` or `None`, *optional*):
             Team size, for `MAGRPOTrainer(model=...)` (one model copied per agent); `agents=[...]` must have this many.
         agent_reward_aggregation (`str`, *optional*, defaults to `"mean"`):
@@ -224,7 +226,7 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
         default=None,
         metadata={
             "help": "Most rows (prompts x K) of one agent in one generate call; a node's K rows stay together. None: "
-            "one call per agent per turn. Ignored by vLLM."
+            "one call per agent per turn. Colocated vLLM: the engines' max_num_seqs; server mode: the server's own."
         },
     )
     num_agents: int | None = field(
@@ -335,6 +337,16 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
                 f"MAGRPOConfig: optim={getattr(self.optim, 'value', self.optim)!r} is not supported: LOMO fuses the "
                 "optimizer step into each backward, and the update runs one backward per chunk (update_chunk_size). "
                 "Use another optimizer."
+            )
+        world, local = (int(os.environ.get(name, "1")) for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
+        deepspeed = self.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+        if self.save_on_each_node and deepspeed and world > local:
+            # Tested on two nodes with a folder each (tests/test_distributed.py): node 1 could not resume.
+            raise ValueError(
+                "MAGRPOConfig: save_on_each_node=True with DeepSpeed on several nodes is not supported: DeepSpeed "
+                "writes its checkpoint's `latest` tag on the first node only, so another node cannot resume from its "
+                "own folder. Put output_dir on a filesystem all nodes share (save_on_each_node=False), or train with "
+                "DDP, where each node's folder resumes exactly."
             )
         for name in ("update_chunk_size", "generate_chunk_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 import zlib
 
 import torch
@@ -73,6 +74,34 @@ def kill_while_saving(trainer, step, point):
         checkpoint.mark_complete = killing(checkpoint.mark_complete)
 
 
+def sigkill_during(trainer, phase, output_dir):
+    """SIGKILL this process in the middle of the first step's generation (turn 2) or update (its first loss), after
+    writing the time and its pid (the test measures how long the other rank outlives it)."""
+
+    def die():
+        with open(os.path.join(output_dir, "killed.json"), "w") as f:
+            json.dump({"time": time.time(), "pid": os.getpid()}, f)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if phase == "generate":
+        generate = trainer._generate_for_agent
+
+        def killed_generate(agent, prompts, num_generations):
+            if any("Your last answer had" in str(p) for p in prompts):  # a turn-2 prompt
+                die()
+            return generate(agent, prompts, num_generations)
+
+        trainer._generate_for_agent = killed_generate
+    else:
+        compute_loss = trainer.compute_loss
+
+        def killed_loss(*args, **kwargs):
+            die()
+            return compute_loss(*args, **kwargs)
+
+        trainer.compute_loss = killed_loss
+
+
 def gathered(module, trainer):
     """Full parameters under ZeRO-3 (partitioned otherwise); a no-op elsewhere."""
     if trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
@@ -97,6 +126,11 @@ def main():
     parser.add_argument("--fail_on_rank", type=int, default=-1)
     parser.add_argument("--fail_in", choices=["transition", "generate"], default="transition",
                         help="with --fail_on_rank: where that rank raises (generate: at turn 2)")  # fmt: skip
+    parser.add_argument("--sigkill_in", choices=["generate", "update"], default=None,
+                        help="with --fail_on_rank: that rank SIGKILLs itself in the first step's turn-2 generate, or "
+                        "in its first loss (as the out-of-memory killer would)")  # fmt: skip
+    parser.add_argument("--ddp_timeout", type=int, default=1800)
+    parser.add_argument("--save_on_each_node", action="store_true")
     parser.add_argument("--per_prompt_seed", action="store_true")
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
@@ -122,7 +156,7 @@ def main():
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, save_total_limit=cli.save_total_limit, disable_tqdm=True,
-        deepspeed=cli.deepspeed, beta=cli.beta, use_vllm=cli.use_vllm, update_chunk_size=cli.update_chunk_size,
+        deepspeed=cli.deepspeed, beta=cli.beta, ddp_timeout=cli.ddp_timeout, save_on_each_node=cli.save_on_each_node, use_vllm=cli.use_vllm, update_chunk_size=cli.update_chunk_size,
         generate_chunk_size=cli.generate_chunk_size,
         gradient_checkpointing=True,  # TRL's GPU default: the runs check the update under activation checkpointing
         check_functions_before_training=False
@@ -130,12 +164,15 @@ def main():
     # Building a config changes no environment variable (for `deepspeed=` on CPU it builds the gloo state itself).
     assert dict(os.environ) == environment, set(os.environ.items()) ^ set(environment.items())
     rank = int(os.environ.get("RANK", "0"))
+    os.makedirs(cli.output_dir, exist_ok=True)
+    with open(os.path.join(cli.output_dir, f"pid_rank{rank}"), "w") as f:
+        f.write(str(os.getpid()))
     # Registered before the trainer's own exit hook, so it runs after it (atexit is last in, first out): the script
     # just returns, and the trainer must have released the process groups by then (tests/test_distributed.py).
     atexit.register(lambda: print(f"rank {rank}: process groups at exit: {groups_state()}", flush=True))
 
     def feedback(prompt, agent_completions, num_agents, **history):
-        if rank == cli.fail_on_rank and cli.fail_in == "transition":
+        if rank == cli.fail_on_rank and cli.fail_in == "transition" and cli.sigkill_in is None:
             raise RuntimeError(f"transition failure on rank {rank}")
         return length_feedback(prompt, agent_completions, num_agents, **history)
 
@@ -181,6 +218,8 @@ def main():
             return generate(agent, prompts, num_generations)
 
         trainer._generate_for_agent = failing_generate
+    if rank == cli.fail_on_rank and cli.sigkill_in:
+        sigkill_during(trainer, cli.sigkill_in, cli.output_dir)
     if cli.kill_at is not None:
         kill_while_saving(trainer, cli.kill_at, cli.kill_point)
     trainer.train(resume_from_checkpoint=True if cli.resume == "latest" else cli.resume)
