@@ -250,6 +250,28 @@ def test_building_engines_leaves_the_training_process_as_it_was(tmp_path, monkey
         assert torch.set_num_threads is set_num_threads and torch.get_num_threads() == threads
         assert policy is not None and memory_policy() == policy
         assert {name: os.environ.get(name) for name in ENVIRONMENT} == environment
+        # sized for the largest turn: K=4 completions of 2 prompts x 4 joint answers at turn 2
+        assert [engine_limit(e) for e in trainer.generator.engines] == [32, 32]
+
+
+def engine_limit(engine) -> int:
+    return engine.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+
+
+def test_generate_chunk_size_bounds_what_the_engines_decode_at_once(tmp_path, caplog):
+    tok = make_tokenizer()
+    agents = [vllm_model(tok, seed=i) for i in range(2)]
+    with trainer_for(tmp_path, {"generate_chunk_size": 6}, agents=agents, tokenizer=tok) as trainer:
+        assert [engine_limit(e) for e in trainer.generator.engines] == [6, 6]
+        trainer.train()  # turn 2's 32 completions per agent, six at a time
+        assert trainer.state.log_history[0]["step"] == 1
+    import trl_multiagent.generation.vllm_settings as settings
+
+    settings.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        config(tmp_path, vllm_mode="server", generate_chunk_size=6)
+    assert "generate_chunk_size=6 does not apply to vllm_mode='server'" in caplog.text
+    assert "trl vllm-serve --max_num_seqs 6" in caplog.text
 
 
 # ---------------------------------------------------------------------- sampling log-probs and the seed

@@ -11,7 +11,8 @@ The team maps onto engines as follows:
 Each engine runs in the policy's dtype (TRL's colocate engine uses vLLM's default, bf16 for a float32 model, which
 biases the importance-sampling ratio). Each is seeded per (process, engine), so identical agents on identical
 weights still sample different completions. The engine is sized for a whole turn: `max_num_seqs` covers K
-completions of every live node of the largest turn.
+completions of every live node of the largest turn, or `generate_chunk_size` when that is smaller (the most rows
+decoded at once, as the transformers backend's calls hold at most that many; vLLM queues the rest).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ class VLLMColocateGenerator(VLLMGenerator):
         self.sleep = args.vllm_enable_sleep_mode
         self.workdir = tempfile.mkdtemp(prefix="trl_multiagent_vllm_")
         groups = [list(range(team.num_agents))] if team.is_shared_base else [[i] for i in range(team.num_agents)]
-        max_num_seqs = min(max_turn_sequences(args, team.num_agents), MAX_NUM_SEQS_CAP)
+        turn = max_turn_sequences(args, team.num_agents)
+        max_num_seqs = min(turn, args.generate_chunk_size or MAX_NUM_SEQS_CAP, MAX_NUM_SEQS_CAP)
         self.engines: list[Engine] = []
         # vLLM sets the process up for serving while it builds an engine; the update shares the process.
         with kept_for_training():

@@ -58,6 +58,13 @@ def check_vllm_config(args) -> None:
         raise ValueError(
             "MAGRPOConfig: vllm_enable_sleep_mode=True needs CUDA: vLLM's sleep mode is CUDA-only. Set it to False."
         )
+    if args.generate_chunk_size is not None and args.vllm_mode == "server":
+        # Colocated engines take it as their max_num_seqs; a server was sized when it was started.
+        logger.warning_once(
+            f"MAGRPOConfig: generate_chunk_size={args.generate_chunk_size} does not apply to vllm_mode='server': each "
+            "server decodes as many sequences at once as its own limit allows. Start it with `trl vllm-serve "
+            f"--max_num_seqs {args.generate_chunk_size}` for the same bound."
+        )
 
 
 def check_vllm_team(args, num_agents: int, shared_base: bool, lora: bool) -> None:
