@@ -115,7 +115,7 @@ def grow(rows, *, num_agents=2, k=4, turns=2, mode="aligned", threshold=None, re
         joint_mode=mode,
         termination_threshold=threshold,
         agent_prompts=lambda row: [row["prompt"]] * num_agents,
-        generate=lambda agent, prompts: fake_generate(agent, prompts, k),
+        generate=lambda agent, prompts, environments: fake_generate(agent, prompts, k),
         score=score,
         transition=transition,
     )

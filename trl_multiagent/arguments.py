@@ -22,29 +22,26 @@ from .devices import has_accelerator
 from .environment import TeamEnvironment
 from .generation.vllm_settings import check_vllm_team
 from .rewards import JointReward, check_agent_reward_aggregation
+from .rollout.tools import ToolCalling
+from .rollout.worlds import Worlds
 
 
 logger = logging.get_logger(__name__)
 
 # GRPOTrainer arguments with no multi-agent meaning here, and what to use instead.
 REFUSED_GRPO_ARGUMENTS = {
-    "tools": (
-        "tool calls inside a turn are not run; to give the agents a tool's result, call the tool in "
-        "`external_transition` (it writes each agent's next prompt from the branch's answers) or in the reward"
-    ),
     "rollout_func": (
-        "the rollout is the team's tree (`rollout.run_rollout`); to shape what the agents see between turns, pass "
-        "`external_transition`, and `formatters` for the first prompt"
-    ),
-    "environment_factory": (
-        "an environment's step between turns is `external_transition(prompt, agent_completions, num_agents, ...)`, "
-        "called once per branch; its reward is the joint reward"
+        "TRL's `rollout_func(prompts, trainer)` generates for the trainer's one policy and returns one flat batch, "
+        "while a team's rollout is a tree whose turns interleave N policies, the joint reward and the transition, so "
+        "no call of it can stand for one agent's turn. Agents that act in a world are what `environment_factory=` "
+        "(and `tools=`) give a team; what they see between turns is `external_transition`, and `formatters` the "
+        "first prompt (docs: Agents that act)"
     ),
 }
 
 
 def check_grpo_arguments(**arguments) -> None:
-    """GRPOTrainer's `tools`, `rollout_func` and `environment_factory`: refused when given, with the equivalent."""
+    """GRPOTrainer's `rollout_func`: refused when given, with the reason and the equivalent."""
     for name, instead in REFUSED_GRPO_ARGUMENTS.items():
         if arguments.get(name) is not None:
             raise ValueError(
@@ -151,19 +148,23 @@ def user_functions(
     train_dataset,
     eval_dataset,
     reward_processor,
+    world_rewards: list | None = None,
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
-    anything is loaded: signatures, counts, columns, turns."""
+    anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
+    after the user's functions (weight 1 unless `reward_weights` gives one for them too, as in TRL)."""
     if reward_func is not None and reward_funcs is not None:
         raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
     funcs = reward_funcs if reward_funcs is not None else reward_func
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+    weights = args.reward_weights
+    if world_rewards and weights is not None and len(weights) == len(funcs):
+        weights = [*weights, *[1.0] * len(world_rewards)]  # TRL's weight for an environment's reward
+    funcs += world_rewards or []
     columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
-    joint_reward = JointReward(
-        funcs, args.reward_weights, num_agents, columns, reward_processor, args.agent_reward_aggregation
-    )
+    joint_reward = JointReward(funcs, weights, num_agents, columns, reward_processor, args.agent_reward_aggregation)
     if formatters is not None and len(formatters) != num_agents:
         raise ValueError(
             f"MAGRPOTrainer got {len(formatters)} formatters for {num_agents} agents; pass one per agent."
@@ -191,18 +192,48 @@ def user_functions(
     return UserFunctions(joint_reward, transition, list(formatters) if formatters is not None else None)
 
 
-def check_first_rows(environment, train_dataset, eval_dataset, args) -> None:
-    """The first rows' prompts (formatters, chat templates), and one placeholder call of the user's functions."""
+def check_first_rows(environment, train_dataset, eval_dataset, args, acts: bool = False) -> None:
+    """The first rows' prompts (formatters, chat templates; chat messages when the agents act: `acts`), and one
+    placeholder call of the user's functions."""
     if isinstance(eval_dataset, (Dataset, IterableDataset)):
         eval_row = next(iter(eval_dataset), None)
         if eval_row is not None:
-            environment.first_prompts(eval_row)
+            check_acting_prompts(environment.first_prompts(eval_row), acts)
     if train_dataset is None:
         return
     first_row = next(iter(train_dataset))  # `user_functions` refused an empty one
     prompts = environment.first_prompts(first_row)
+    check_acting_prompts(prompts, acts)
     if args.check_functions_before_training:
         environment.check_functions(first_row, prompts, args.num_turns)
+
+
+def check_acting_prompts(prompts: list, acts: bool) -> None:
+    """Tool calls are parsed from chat turns (TRL's `parse_response`): agents with tools need chat prompts."""
+    if acts and not all(is_conversational({"prompt": p}) for p in prompts):
+        raise ValueError(
+            "MAGRPOTrainer: `tools` and `environment_factory` need chat prompts (lists of messages), as in TRL: tool "
+            "calls are read from the assistant's turn and results come back as tool messages. The first prompts are "
+            f"plain text ({_short_prompt(prompts[0])}); write the dataset's 'prompt' as "
+            '[{"role": "user", "content": ...}], or return messages from `formatters`.'
+        )
+
+
+def _short_prompt(prompt, limit: int = 80) -> str:
+    text = repr(prompt)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_joint_mode_for_worlds(args, worlds) -> None:
+    """A world is acted on by the agents of one joint action in turn; `cross` pairs each completion with K^(N-1)
+    joint actions, whose worlds differ, so one completion would have acted on several worlds."""
+    if worlds is not None and args.joint_mode != "aligned":
+        raise ValueError(
+            f"MAGRPOTrainer: environment_factory needs joint_mode='aligned' (got {args.joint_mode!r}): in a joint "
+            "action every agent acts on that joint action's world, and with 'cross' each completion would belong to "
+            "several joint actions, hence several worlds. Set MAGRPOConfig(joint_mode='aligned'), or give the agents "
+            "plain `tools=` (functions without a shared world), which work with 'cross'."
+        )
 
 
 def _is_conversational_dataset(dataset) -> bool:
@@ -222,6 +253,7 @@ class PreparedInputs:
     agent_init_kwargs: dict | None  # the agents' `from_pretrained` keywords (with `quantization_config`)
     functions: UserFunctions
     special_tokens: dict | None  # CoMLRL's `model_config["special_tokens"]`
+    tool_calling: ToolCalling | None  # the agents' tools (`tools=`, `environment_factory=`), or None
     evaluation: object  # CoMLRL's eval_logger and eval_aggregator (`comlrl.Evaluation`), or None
     callbacks: list  # added once the Trainer exists
     tokenizers: list  # one per agent, loaded (with the special tokens added)
@@ -263,7 +295,7 @@ def prepare(
     if not isinstance(args, MAGRPOConfig):
         raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
     args.check()
-    check_grpo_arguments(tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
+    check_grpo_arguments(rollout_func=rollout_func)
     resolved = comlrl.trainer_arguments(
         comlrl_arguments,
         args,
@@ -280,6 +312,8 @@ def prepare(
     agent_init_kwargs = quantized_model_init_kwargs(quantization_config, args.model_init_kwargs, plan.specs)
     if args.use_vllm:
         check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
+    worlds = Worlds(environment_factory, plan.num_agents) if environment_factory is not None else None
+    check_joint_mode_for_worlds(args, worlds)
     functions = user_functions(
         args,
         plan.num_agents,
@@ -290,14 +324,25 @@ def prepare(
         train_dataset,
         eval_dataset,
         resolved["reward_processor"],
+        worlds.reward_funcs if worlds is not None else None,
     )
     tokenizers = load_tokenizers(plan)
     comlrl.add_special_tokens(tokenizers, resolved["special_tokens"])
+    tool_calling = None
+    if tools is not None or worlds is not None:
+        tool_calling = ToolCalling(
+            tools,
+            worlds,
+            tokenizers,
+            max_iterations=args.max_tool_calling_iterations,
+            max_completion_length=args.max_completion_length,
+            chat_template_kwargs=args.chat_template_kwargs,
+        )
     later_turns = comlrl.formats_later_turns(functions.formatters, args)
     environment = TeamEnvironment(
-        functions.joint_reward, functions.transition, functions.formatters, later_turns, tokenizers
+        functions.joint_reward, functions.transition, functions.formatters, later_turns, tokenizers, worlds
     )
-    check_first_rows(environment, train_dataset, eval_dataset, args)
+    check_first_rows(environment, train_dataset, eval_dataset, args, acts=tool_calling is not None)
     special_tokens, evaluation, callbacks = resolved["special_tokens"], resolved["evaluation"], resolved["callbacks"]
     return PreparedInputs(
         args,
@@ -306,6 +351,7 @@ def prepare(
         agent_init_kwargs,
         functions,
         special_tokens,
+        tool_calling,
         evaluation,
         callbacks,
         tokenizers,

@@ -21,7 +21,15 @@ COMPLETION_KEYS = (
     "ref_per_token_logps",
     "importance_sampling_ratio",
     "sampling_per_token_logps",
+    "tool_mask",
 )
+
+
+def loss_mask(batch: dict) -> torch.Tensor:
+    """The tokens the loss counts, as TRL's `_compute_loss` masks them: ``completion_mask * tool_mask`` (tool results
+    are not the model's tokens), or ``completion_mask`` without tools."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
 
 
 def agent_rows(
@@ -58,7 +66,8 @@ def tree_rows(
     """One agent's rows of a rollout tree (`rollout.RolloutTree`): each node's prompt once per completion, node-major,
     with `advantages` of shape ``(nodes, agents, K)``. With `eos_token_ids` (TRL's `mask_truncated_completions`), a
     completion that does not end with one of them has its mask zeroed. With `sampling_logps`, the sampler's per-token
-    log-probs in the tree (vLLM's) are added as ``sampling_per_token_logps``, for the importance-sampling correction."""
+    log-probs in the tree (vLLM's) are added as ``sampling_per_token_logps``, for the importance-sampling correction.
+    When the agents called tools, TRL's ``tool_mask`` (0 on tool results) comes along, padded with 1 as TRL pads it."""
     k = advantages.size(-1)
     prompt_ids = [node.prompt_ids[agent] for node in tree.nodes for _ in range(k)]
     completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[agent]]
@@ -69,6 +78,9 @@ def tree_rows(
     if sampling_logps:
         logps = [torch.tensor(lp) for node in tree.nodes for lp in node.sampling_logps[agent]]
         batch["sampling_per_token_logps"] = pad(logps, padding_value=0.0, padding_side="right").to(device)
+    if any(node.tool_masks for node in tree.nodes):
+        masks = [torch.tensor(m, dtype=torch.long) for node in tree.nodes for m in node.tool_masks[agent]]
+        batch["tool_mask"] = pad(masks, padding_value=1, padding_side="right").to(device)
     return batch
 
 

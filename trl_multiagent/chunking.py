@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .batching import length_chunks, take_rows, trim
+from .batching import length_chunks, loss_mask, take_rows, trim
 
 
 ROW_NORMALISED_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
@@ -44,7 +44,7 @@ def chunk_weight(loss_type: str, chunk: dict, whole: dict) -> float:
         return 1.0
     if loss_type in TOKEN_NORMALISED_LOSSES:
         # TRL clamps the token count at 1; a chunk without tokens has a zero loss whatever its weight
-        return max(int(chunk["completion_mask"].sum()), 1) / max(int(whole["completion_mask"].sum()), 1)
+        return max(int(loss_mask(chunk).sum()), 1) / max(int(loss_mask(whole).sum()), 1)
     return chunk["completion_mask"].size(0) / max(int(whole["is_real"].sum()), 1)
 
 

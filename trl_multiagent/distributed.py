@@ -51,6 +51,11 @@ def max_over_processes(accelerator, value: int) -> int:
     return int(accelerator.reduce(count, reduction="max").item())
 
 
+def any_process(accelerator, flag: bool) -> bool:
+    """Whether `flag` holds on any process (TRL's tool loop: every process runs the same rounds of generation)."""
+    return max_over_processes(accelerator, int(flag)) > 0
+
+
 _END_AT_EXIT: list = []  # weak references to the trainers whose `end()` runs at exit (registered once per process)
 
 

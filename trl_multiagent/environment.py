@@ -3,7 +3,8 @@
 `TeamEnvironment.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`, `score` and
 `transition`. The environment checks what the user's functions return (naming the function, the turn and the row),
 builds each branch's history, times the reward and transition phases, and keeps the values the metrics and the
-completions table read. An environment API would plug in here.
+completions table read. With TRL's `environment_factory` (`rollout.worlds`), the reward functions and the transition
+also get ``environments=``: the world each joint action acted on.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TeamEnvironment:
         formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
         formats_later_turns: the formatters also format each later turn's prompt (CoMLRL's rule, see `comlrl`).
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
+        worlds: the team's environments (`rollout.worlds.Worlds`), or None.
 
     `trainer_state` returns what the reward gets as `trainer_state`, and `log_metric(name, value)` is TRL's reward
     keyword of that name: a fresh `TrainerState` and a no-op until the trainer sets its own (the build-time check
@@ -54,8 +56,10 @@ class TeamEnvironment:
         formatters: list | None,
         formats_later_turns: bool,
         tokenizers: list,
+        worlds=None,
     ):
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
+        self.worlds = worlds  # `rollout.worlds.Worlds`, or None
         self.formats_later_turns, self.tokenizers = formats_later_turns, tokenizers
         self.trainer_state: Callable[[], TrainerState] = TrainerState
         self.log_metric: Callable[[str, float], None] = lambda name, value: None
@@ -97,7 +101,8 @@ class TeamEnvironment:
             [node.completion_ids[i][a.choice[i]] for a, node in zip(actions, nodes, strict=True)]
             for i in range(self.num_agents)
         ]
-        keywords = self.reward_keywords([rows[node.row] for node in nodes], [node.prompts for node in nodes])
+        worlds = [a.environment for a in actions]
+        keywords = self.reward_keywords([rows[node.row] for node in nodes], [node.prompts for node in nodes], worlds)
         rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids)
         self.seconds["reward"] += time.perf_counter() - start
         for f, values in enumerate(per_func):
@@ -117,7 +122,10 @@ class TeamEnvironment:
         for action_id in action_ids:
             row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
             prompt_history, response_history = tree.history(action_id)
-            history = branch_history(prompt_history, response_history, tree.joint_actions[action_id].reward, row)
+            action = tree.joint_actions[action_id]
+            history = branch_history(prompt_history, response_history, action.reward, row)
+            if self.worlds is not None:  # the branch's world, once per agent (as the other per-agent arguments)
+                history["environments"] = [action.environment] * self.num_agents
             branch_rows.append(row)
             calls.append((row.get("prompt"), tree.answers(action_id), history))
         prompts = self._transitions(branch_rows, calls, turn)
@@ -132,25 +140,31 @@ class TeamEnvironment:
         count = PLACEHOLDER_JOINT_ACTIONS
         answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
         ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
-        keywords = self.reward_keywords([row] * count, [prompts] * count)
+        world = self.worlds.check(row, prompts) if self.worlds is not None else None
+        keywords = self.reward_keywords([row] * count, [prompts] * count, [world] * count)
         with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
             self.joint_reward(answers, 1, keywords, ids)
         if self.transition is not None and num_turns > 1:
             branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
             history = branch_history([[p] for p in prompts], [[a] for a in branch], 0.0, row)
+            if self.worlds is not None:
+                history["environments"] = [world] * self.num_agents
             with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
                 self._transitions([row], [(row.get("prompt"), branch, history)], 1)
 
     # ------------------------------------------------------------------ helpers
 
-    def reward_keywords(self, rows: list[dict], prompts: list[list]) -> dict[str, Any]:
-        """Keywords a joint reward may take: per-agent prompts, the rows, the dataset columns, the trainer state."""
+    def reward_keywords(self, rows: list[dict], prompts: list[list], worlds: list | None = None) -> dict[str, Any]:
+        """Keywords a joint reward may take: per-agent prompts, the rows, the dataset columns, the trainer state, and
+        with an environment factory the world of each joint action (`environments`, as TRL names it)."""
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
             "trainer_state": self.trainer_state(),
             "batch_items": rows,  # CoMLRL's name for the dataset row of each joint action
             "log_metric": self.log_metric,
         }
+        if self.worlds is not None:
+            keywords["environments"] = worlds
         for key in rows[0]:
             if key != "prompt":  # no column shadows a keyword: `arguments.check_column_names` refuses it
                 keywords[key] = [row.get(key) for row in rows]

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from .batching import loss_mask
+
 
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
@@ -105,7 +107,7 @@ def add_importance_sampling_ratio(batch: dict, old_logps: torch.Tensor, args) ->
     """Put TRL's `importance_sampling_ratio` into `batch` (some of one agent's rows), from the old policy's log-probs
     and the batch's `sampling_per_token_logps`, with `args`' `vllm_importance_sampling_*` settings; return the rows'
     `sampling_values`."""
-    sampled, mask = batch["sampling_per_token_logps"], batch["completion_mask"]
+    sampled, mask = batch["sampling_per_token_logps"], loss_mask(batch)
     ratio = importance_sampling_ratio(
         old_logps,
         sampled,

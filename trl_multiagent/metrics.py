@@ -26,6 +26,8 @@ class RolloutStats:
     agent_reward_values: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     tokens: int = 0  # prompt and completion tokens of the rows, every agent
     truncated_prompts: int = 0  # prompts shortened to `max_prompt_length`
+    # with tools: (turn, agent) -> [completions, tool calls, failed calls]
+    tool_counts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
 
 def rollout_stats(
@@ -39,18 +41,54 @@ def rollout_stats(
 ) -> RolloutStats:
     actions = [(tree.nodes[a.node].turn, a.reward, returns[j]) for j, a in enumerate(tree.joint_actions)]
     num_agents = len(tree.nodes[0].completion_ids) if tree.nodes else 0
+    tool_counts = {}
+    for node in tree.nodes:
+        for i, (calls, failures) in enumerate(zip(node.tool_calls, node.tool_failures, strict=True)):
+            counts = tool_counts.setdefault((node.turn, i), [0, 0, 0])
+            counts[0] += len(calls)
+            counts[1] += sum(calls)
+            counts[2] += sum(failures)
     return RolloutStats(
         actions=actions,
         nodes=[(node.turn, node.terminated) for node in tree.nodes],
         zero_std_groups=(credited.flatten(0, 1).std(dim=1) < 1e-8).tolist() if credited.size(-1) > 1 else [],
-        completion_lengths=[
-            [len(ids) for node in tree.nodes for ids in node.completion_ids[i]] for i in range(num_agents)
-        ],
+        completion_lengths=[[n for node in tree.nodes for n in model_tokens(node, i)] for i in range(num_agents)],
         reward_values=reward_values,
         agent_reward_values=dict(agent_reward_values or {}),
         tokens=tokens,
         truncated_prompts=truncated_prompts,
+        tool_counts=tool_counts,
     )
+
+
+def model_tokens(node, agent: int) -> list[int]:
+    """Per completion of `agent` at `node`, the tokens the model wrote (tool results not counted, as in TRL)."""
+    if node.tool_masks:
+        return [sum(mask) for mask in node.tool_masks[agent]]
+    return [len(ids) for ids in node.completion_ids[agent]]
+
+
+def tool_metrics(stats: list[RolloutStats]) -> dict[str, float]:
+    """TRL's `tools/call_frequency` (calls per completion) and `tools/failure_frequency` (failed calls per call), in
+    total and for each turn and agent.
+
+    >>> tool_metrics([RolloutStats([], [], [], [], tool_counts={(1, 0): [4, 2, 1], (1, 1): [4, 0, 0]})])
+    {'turn_1/agent_0/tools/call_frequency': 0.5, 'turn_1/agent_0/tools/failure_frequency': 0.5, 'turn_1/agent_1/tools/call_frequency': 0.0, 'turn_1/agent_1/tools/failure_frequency': 0.0, 'tools/call_frequency': 0.25, 'tools/failure_frequency': 0.5}
+    """
+    totals: dict[tuple[int, int], list[int]] = {}
+    for s in stats:
+        for key, counts in s.tool_counts.items():
+            totals[key] = [a + b for a, b in zip(totals.get(key, [0, 0, 0]), counts, strict=True)]
+    if not totals:
+        return {}
+    metrics = {}
+    for (turn, agent), (completions, calls, failures) in sorted(totals.items()):
+        metrics[f"turn_{turn}/agent_{agent}/tools/call_frequency"] = calls / max(completions, 1)
+        metrics[f"turn_{turn}/agent_{agent}/tools/failure_frequency"] = failures / calls if calls else 0.0
+    completions, calls, failures = (sum(c[j] for c in totals.values()) for j in range(3))
+    metrics["tools/call_frequency"] = calls / max(completions, 1)
+    metrics["tools/failure_frequency"] = failures / calls if calls else 0.0
+    return metrics
 
 
 def _mean(values) -> float:
@@ -100,6 +138,7 @@ def rollout_metrics(
     metrics["completions/max_length"] = float(max(all_lengths))
     metrics["completions/clipped_ratio"] = _mean([n >= max_completion_length for n in all_lengths])
     metrics["prompts/truncated"] = sum(s.truncated_prompts for s in stats)
+    metrics.update(tool_metrics(stats))
     return metrics
 
 
@@ -115,16 +154,17 @@ def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, action_rewa
                 for f, name in enumerate(reward_names):
                     values = [action_rewards[a][f] for a in actions if action_rewards[a][f] is not None]
                     rewards[name] = _mean(values) if values else None
-                rows.append(
-                    {
-                        "agent": i,
-                        "turn": node.turn,
-                        "prompt": node.prompts[i],
-                        "completion": completion,
-                        "advantage": float(advantages[n, i, k]),
-                        "rewards": rewards,
-                    }
-                )
+                row = {
+                    "agent": i,
+                    "turn": node.turn,
+                    "prompt": node.prompts[i],
+                    "completion": completion,
+                    "advantage": float(advantages[n, i, k]),
+                    "rewards": rewards,
+                }
+                if node.tool_calls:  # the agents had tools
+                    row["tool_calls"] = node.tool_calls[i][k]
+                rows.append(row)
     return rows
 
 
@@ -138,5 +178,9 @@ def completion_logs(rows: list[dict]) -> dict:
         "completion": deque(row["completion"] for row in rows),
         "rewards": {name: deque(row["rewards"][name] for row in rows) for name in names},
         "advantages": deque(row["advantage"] for row in rows),
-        "extra": {column: deque(row[column] for row in rows) for column in ("agent", "turn")},
+        "extra": {
+            column: deque(row[column] for row in rows)
+            for column in ("agent", "turn", "tool_calls")
+            if column != "tool_calls" or any("tool_calls" in row for row in rows)
+        },
     }

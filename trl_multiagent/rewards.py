@@ -17,7 +17,8 @@ Every entry of `reward_funcs` follows one of three conventions, told apart by on
 
 Keywords are passed only when the function names them or takes ``**kwargs``: ``prompts`` (per agent, or for a
 per-agent reward that agent's), ``turn``, ``trainer_state``, ``batch_items`` (the dataset row of each joint action),
-``log_metric(name, value)`` (TRL's: a scalar logged with the step's metrics) and the dataset columns.
+``log_metric(name, value)`` (TRL's: a scalar logged with the step's metrics), with `environment_factory`
+``environments`` (each joint action's world, `rollout.worlds`) and the dataset columns.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def reward_name(func) -> str:
 class JointReward:
     """The weighted sum of the team's reward functions, each called by its convention (see the module docstring)."""
 
-    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items", "log_metric")
+    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items", "log_metric", "environments")
 
     def __init__(
         self,

@@ -17,12 +17,12 @@ from trl.trainer.utils import add_fused_lm_head
 
 from . import arguments, checkpoint
 from .assembly import build_reference, build_team
-from .batching import EpochSeededSampler, pad_rows, row_tokens, split_micro_batches, tree_rows
+from .batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
-from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
-from .generation import build_generator
+from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
+from .generation import build_generator, context_length
 from .importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
@@ -66,7 +66,10 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             model ids) score each agent, combined by `args.agent_reward_aggregation` (see `rewards`).
         reward_processing_classes: the reward models' tokenizers, as in GRPOTrainer.
         quantization_config: as in GRPOTrainer, for agents loaded from ids (bitsandbytes, CUDA only).
-        tools, rollout_func, environment_factory: GRPOTrainer's; refused (see `arguments.REFUSED_GRPO_ARGUMENTS`).
+        tools, environment_factory: GRPOTrainer's, for a team: `tools` is one list for every agent or one per agent;
+            one world per joint trajectory, shared by the agents and copied at each branch (`rollout.tools`,
+            `rollout.worlds`, docs: Agents that act).
+        rollout_func: GRPOTrainer's; refused, with the reason (`arguments.REFUSED_GRPO_ARGUMENTS`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: optional per-agent callables mapping a dataset row to that agent's first prompt (one callable
             serves every agent).
@@ -135,6 +138,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             inputs.environment,
             inputs.evaluation,
         )
+        self.tool_calling = inputs.tool_calling
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, bool(inputs.special_tokens))
         self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
@@ -191,17 +195,26 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             generation_kwargs=self.generation_kwargs,
             share_prompts=self.share_prompts,
             wrapped_model=lambda: self.model_wrapped,
+            chat_templates=self.tool_calling.chat_templates if self.tool_calling else None,
         )
+        if self.tool_calling is not None:  # as TRL, a tool result that would pass the context is rolled back
+            configs = [self.team.agent(i).config.get_text_config() for i in range(self.num_agents)]
+            self.tool_calling.context_lengths = [context_length(args, config) for config in configs]
         self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
         self._ratio_from_loss = RatioFromLoss(args)
 
     # ------------------------------------------------------------------ rollout
 
-    def _generate_for_agent(self, agent: int, prompts: list, num_generations: int) -> Generation:
-        """Sample `num_generations` completions for every prompt with one batched call of the generation backend."""
-        greedy = not self.model.training and not self.args.eval_do_sample
+    def _generate_for_agent(self, agent: int, prompts: list, num_generations: int, environments=None) -> Generation:
+        """Sample `num_generations` completions for every prompt with one batched call of the generation backend; with
+        tools, then TRL's tool loop, each completion calling the tools of the world it acts on (`environments`)."""
+        greedy, calling = not self.model.training and not self.args.eval_do_sample, self.tool_calling
+        tools = calling.prompt_tools(agent, len(prompts), environments, num_generations) if calling else None
         with self._rollout_times.phase("generate"):
-            generation = self.generator.generate(agent, prompts, num_generations, greedy)
+            generation = self.generator.generate(agent, prompts, num_generations, greedy, tools)
+            if calling is not None:
+                more = partial(self.generator.generate_more, agent, greedy=greedy)
+                generation = calling.run(agent, generation, environments, more, partial(any_process, self.accelerator))
         self._rollout_times.generated_tokens += sum(len(c) for c in generation.completion_ids)
         self._truncated_prompts += generation.truncated_prompts
         return generation
@@ -223,10 +236,11 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             joint_mode=self.args.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
             agent_prompts=self.environment.first_prompts,
-            generate=partial(self._generate_for_agent, num_generations=k),
+            generate=lambda agent, prompts, environments: self._generate_for_agent(agent, prompts, k, environments),
             score=partial(self.environment.score, rows),
             transition=partial(self.environment.next_prompts, rows),
             sync=partial(sync_turn, self.accelerator),
+            worlds=self.environment.worlds,
         )
         returns = tree.returns(self.args.discount)
         credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
@@ -242,7 +256,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device
             batch = tree_rows(tree, i, advantages, pad, eos, self._corrects_sampling(i), device)
             tokens += row_tokens(batch)
-            batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
+            batch["num_items_in_batch"] = self.accelerator.gather(loss_mask(batch).sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
             self._add_logps(i, batch)
             if self._corrects_sampling(i) and "old_per_token_logps" in batch:  # else the loss sets it: `RatioFromLoss`

@@ -37,9 +37,9 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
     and a 1-process run see the same completions and must reach the same weights.
     """
 
-    def _generate_for_agent(self, agent, prompts, num_generations):
+    def _generate_for_agent(self, agent, prompts, num_generations, environments=None):
         if not prompts:
-            return super()._generate_for_agent(agent, prompts, num_generations)
+            return super()._generate_for_agent(agent, prompts, num_generations, environments)
         parts = []
         for prompt in prompts:
             torch.manual_seed(zlib.crc32(f"{agent}|{prompt}".encode()))
@@ -86,10 +86,10 @@ def sigkill_during(trainer, phase, output_dir):
     if phase == "generate":
         generate = trainer._generate_for_agent
 
-        def killed_generate(agent, prompts, num_generations):
+        def killed_generate(agent, prompts, num_generations, environments=None):
             if any("Your last answer had" in str(p) for p in prompts):  # a turn-2 prompt
                 die()
-            return generate(agent, prompts, num_generations)
+            return generate(agent, prompts, num_generations, environments)
 
         trainer._generate_for_agent = killed_generate
     else:
@@ -212,10 +212,10 @@ def main():
     if rank == cli.fail_on_rank and cli.fail_in == "generate":
         generate = trainer._generate_for_agent
 
-        def failing_generate(agent, prompts, num_generations):
+        def failing_generate(agent, prompts, num_generations, environments=None):
             if any("Your last answer had" in str(p) for p in prompts):  # a turn-2 prompt
                 raise RuntimeError(f"generate failure on rank {rank}")
-            return generate(agent, prompts, num_generations)
+            return generate(agent, prompts, num_generations, environments)
 
         trainer._generate_for_agent = failing_generate
     if rank == cli.fail_on_rank and cli.sigkill_in:

@@ -24,8 +24,16 @@ def max_prompt_length(args, model_config) -> int | None:
                 f"{context}: its prompts would run past the positions it was trained on. Lower max_prompt_length."
             )
         return args.max_prompt_length
+    limit = context_length(args, model_config)
+    return max(limit - args.max_completion_length, 1) if limit is not None else None
+
+
+def context_length(args, model_config) -> int | None:
+    """The longest sequence an agent takes: its `max_position_embeddings`, and the vLLM engine's
+    `vllm_max_model_length`, whichever is shorter (None: no known limit)."""
+    context = getattr(model_config, "max_position_embeddings", None)
     limits = [limit for limit in (context, args.vllm_max_model_length if args.use_vllm else None) if limit is not None]
-    return max(min(limits) - args.max_completion_length, 1) if limits else None
+    return min(limits) if limits else None
 
 
 def build_generator(
@@ -40,10 +48,12 @@ def build_generator(
     generation_kwargs: dict,
     share_prompts: bool,
     wrapped_model: Callable,
+    chat_templates: list[str | None] | None = None,
 ) -> Generator:
     """The backend `args` asks for (`use_vllm`, `vllm_mode`), for `team`. `wrapped_model` returns the trainer's
     prepared model (DDP/DeepSpeed wraps it after the generator is built); `trainable` lists the agents whose weights
-    change, which the vLLM engines sync."""
+    change, which the vLLM engines sync; `chat_templates` (per agent, or None) replace the tokenizers' own for
+    rendering chat prompts (tools: `rollout.tools.prepare_tokenizer`)."""
     configs = [team.agent(i).config.get_text_config() for i in range(team.num_agents)]
     zero3 = getattr(accelerator.state.deepspeed_plugin, "zero_stage", None) == 3
     common = {
@@ -52,6 +62,7 @@ def build_generator(
         "chat_template_kwargs": chat_template_kwargs,
         "vocab_sizes": [config.vocab_size for config in configs],
         "max_prompt_lengths": [max_prompt_length(args, config) for config in configs],
+        "chat_templates": chat_templates,
     }
     if not args.use_vllm:
         return TransformersGenerator(

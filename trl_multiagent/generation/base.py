@@ -64,6 +64,7 @@ class Generator:
         chat_template_kwargs: dict | None = None,
         vocab_sizes: list[int] | None = None,
         max_prompt_lengths: list[int | None] | None = None,
+        chat_templates: list[str | None] | None = None,
     ):
         self.tokenizers = tokenizers
         self.eos_token_ids = eos_token_ids
@@ -73,11 +74,16 @@ class Generator:
         # `Generation` carries its own count)
         self.max_prompt_lengths = max_prompt_lengths or [None] * len(tokenizers)
         self.truncated_prompts = 0
+        # per agent, the template to render chat prompts with (None: the tokenizer's own); with tools, TRL's training
+        # template when the tokenizer's own is not prefix-preserving (`rollout.tools.prepare_tokenizer`)
+        self.chat_templates = chat_templates or [None] * len(tokenizers)
 
-    def tokenize(self, agent: int, prompts: list) -> list[list[int]]:
-        """Token ids of each prompt, shortened to the agent's `max_prompt_length` (`fit_text`, `fit_chat`)."""
+    def tokenize(self, agent: int, prompts: list, tools: list[list] | None = None) -> list[list[int]]:
+        """Token ids of each prompt, shortened to the agent's `max_prompt_length` (`fit_text`, `fit_chat`); a chat
+        prompt is rendered with its tools' schemas (`tools`: one list per prompt, or None)."""
         if prompts and is_conversational({"prompt": prompts[0]}):
-            ids = [self.fit_chat(agent, messages) for messages in prompts]
+            tools = tools or [None] * len(prompts)
+            ids = [self.fit_chat(agent, messages, t) for messages, t in zip(prompts, tools, strict=True)]
         else:
             ids = [self.fit_text(agent, row) for row in self.tokenizers[agent](text=prompts)["input_ids"]]
         if self.vocab_sizes is not None:
@@ -99,7 +105,7 @@ class Generator:
         keep_bos = bos is not None and ids[0] == bos
         return [bos] * keep_bos + list(ids[len(ids) - limit + keep_bos :])
 
-    def fit_chat(self, agent: int, messages: list[dict]) -> list[int]:
+    def fit_chat(self, agent: int, messages: list[dict], tools: list | None = None) -> list[int]:
         """A chat prompt over the limit drops its oldest messages after the first user turn (the task); cutting
         tokens out of a chat template would break it."""
         limit = self.max_prompt_lengths[agent]
@@ -108,7 +114,13 @@ class Generator:
         while True:
             ids = list(
                 self.tokenizers[agent].apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs
+                    messages,
+                    tools=tools or None,  # `or None`, as TRL: some templates render tool boilerplate for []
+                    chat_template=self.chat_templates[agent],
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                    **self.chat_template_kwargs,
                 )["input_ids"]
             )
             if limit is None or len(ids) <= limit:
@@ -123,21 +135,36 @@ class Generator:
             del messages[first_user + 1]
             dropped = True
 
-    def generate(self, agent: int, prompts: list, num_generations: int, greedy: bool = False) -> Generation:
-        """K completions per prompt, prompt-major, each cut after its first EOS (as GRPOTrainer does)."""
+    def generate(
+        self, agent: int, prompts: list, num_generations: int, greedy: bool = False, tools: list[list] | None = None
+    ) -> Generation:
+        """K completions per prompt, prompt-major, each cut after its first EOS (as GRPOTrainer does); chat prompts
+        rendered with `tools` (one list per prompt)."""
         tok = self.tokenizers[agent]
         counted = self.truncated_prompts
-        # A process with nothing left to generate still joins the call, so collectives stay in step across processes.
-        prompt_ids = self.tokenize(agent, prompts) if prompts else [[tok.pad_token_id]]
-        completions, logps = self._sample(agent, prompt_ids, num_generations, greedy)
+        prompt_ids = self.tokenize(agent, prompts, tools) if prompts else []
+        completion_ids, sampling_logps = self.generate_more(agent, prompt_ids, greedy, num_generations)
         if not prompts:
             return Generation([], [], [])
+        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+        return Generation(prompt_ids, completion_ids, texts, sampling_logps, self.truncated_prompts - counted)
+
+    def generate_more(
+        self, agent: int, token_ids: list[list[int]], greedy: bool = False, num_generations: int = 1
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """`num_generations` continuations of each token sequence (TRL's post-tool generation uses one), cut after
+        their first EOS, and their sampler log-probs when the backend has them."""
+        # A process with nothing left to generate still joins the call, so collectives stay in step across processes.
+        completions, logps = self._sample(
+            agent, token_ids or [[self.tokenizers[agent].pad_token_id]], num_generations, greedy
+        )
+        if not token_ids:
+            return [], None
         eos = set(self.eos_token_ids[agent])
         ends = [next((t + 1 for t, token in enumerate(ids) if token in eos), len(ids)) for ids in completions]
         completion_ids = [list(ids[:end]) for ids, end in zip(completions, ends, strict=True)]
         sampling_logps = None if logps is None else [list(lp[:end]) for lp, end in zip(logps, ends, strict=True)]
-        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
-        return Generation(prompt_ids, completion_ids, texts, sampling_logps, self.truncated_prompts - counted)
+        return completion_ids, sampling_logps
 
     def _sample(
         self, agent: int, prompt_ids: list[list[int]], num_generations: int, greedy: bool

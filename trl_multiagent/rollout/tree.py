@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .credit import completion_returns, joint_choices, joint_returns
+from ..credit import completion_returns, joint_choices, joint_returns
 
 
 @dataclass
@@ -33,6 +33,12 @@ class Node:
     sampling_logps: list[list[list[float]]] = field(default_factory=list)
     joint_actions: list[int] = field(default_factory=list)  # ids of this node's joint actions
     terminated: bool = False  # ended by early termination (mean joint reward above the threshold)
+    environment: Any = None  # the world at the start of this node's turn (`environment_factory`), else None
+    # With tools: [agent][k] 1 on the model's tokens, 0 on tool results (TRL's `tool_mask`), and the calls made and
+    # the calls that failed in each completion
+    tool_masks: list[list[list[int]]] = field(default_factory=list)
+    tool_calls: list[list[int]] = field(default_factory=list)
+    tool_failures: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -43,6 +49,7 @@ class JointAction:
     choice: tuple[int, ...]  # completion index per agent
     reward: float = math.nan
     child: int | None = None  # id of the node it expanded into, if the branch went on
+    environment: Any = None  # this joint action's own copy of its node's world, which its agents acted on
 
 
 @dataclass
@@ -55,6 +62,10 @@ class Generation:
     completions: list[str]
     sampling_logps: list[list[float]] | None = None
     truncated_prompts: int = 0  # prompts shortened to `max_prompt_length` in this call
+    # With tools (`rollout.tools`), per completion: TRL's tool mask, the tool calls made and those that failed
+    tool_masks: list[list[int]] | None = None
+    tool_calls: list[int] | None = None
+    tool_failures: list[int] | None = None
 
 
 @dataclass
@@ -107,16 +118,18 @@ def run_rollout(
     joint_mode: str,
     termination_threshold: float | None,
     agent_prompts: Callable[[dict[str, Any]], list],
-    generate: Callable[[int, list], Generation],
+    generate: Callable[[int, list, list | None], Generation],
     score: Callable[[int, RolloutTree, list[int]], list[float]],
     transition: Callable[[int, RolloutTree, list[int]], list[list]],
     sync: Callable[[bool, BaseException | None], bool] | None = None,
+    worlds=None,
 ) -> RolloutTree:
     """Grow the rollout tree of a batch of rows, turn by turn.
 
     Args:
         agent_prompts: builds the first-turn prompt of each agent from a row.
-        generate: ``generate(agent, prompts)`` samples K completions for each prompt with one batched call.
+        generate: ``generate(agent, prompts, environments)`` samples K completions for each prompt with one batched
+            call; `environments` is None, or the world each completion acts on (prompt-major, K per prompt).
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
         transition: ``transition(turn, tree, action_ids)`` returns, for each listed joint action that goes on, the next
             prompt of each agent (one call per turn, so that async transitions can run concurrently).
@@ -132,21 +145,29 @@ def run_rollout(
     choices = joint_choices(num_agents, num_generations, joint_mode)
     live = []
     for r, row in enumerate(rows):
-        tree.nodes.append(Node(row=r, turn=1, prompts=list(agent_prompts(row)), parent=None))
+        prompts, world = list(agent_prompts(row)), None
+        if worlds is not None:
+            world, prompts = worlds.start(row, prompts)
+        tree.nodes.append(Node(row=r, turn=1, prompts=prompts, parent=None, environment=world))
         live.append(len(tree.nodes) - 1)
 
     for turn in range(1, num_turns + 1):
         # A failure in this turn's generation, reward or transition is handed to `sync`, which re-raises it here and
         # stops the other processes too, instead of leaving them waiting in the next collective.
         try:
+            # Joint action k of a node acts on its own copy of the node's world (aligned: completion k of every agent)
+            forks = {}
+            if worlds is not None:
+                forks = {n: [worlds.fork(tree.nodes[n].environment) for _ in range(num_generations)] for n in live}
+            acted_on = [world for n in live for world in forks[n]] if worlds is not None else None
             for agent in range(num_agents):
-                _add_generation(
-                    tree, live, agent, generate(agent, [tree.nodes[n].prompts[agent] for n in live]), num_generations
-                )
+                prompts = [tree.nodes[n].prompts[agent] for n in live]
+                _add_generation(tree, live, agent, generate(agent, prompts, acted_on), num_generations)
             new_actions = []
             for n in live:
                 for choice in choices:
-                    tree.joint_actions.append(JointAction(node=n, choice=choice))
+                    world = forks[n][choice[0]] if worlds is not None else None
+                    tree.joint_actions.append(JointAction(node=n, choice=choice, environment=world))
                     tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
                     new_actions.append(len(tree.joint_actions) - 1)
             live = _score_and_expand(
@@ -170,6 +191,10 @@ def _add_generation(tree: RolloutTree, live: list[int], agent: int, gen: Generat
         node.completions.append(gen.completions[span])
         if gen.sampling_logps is not None:
             node.sampling_logps.append(gen.sampling_logps[span])
+        if gen.tool_masks is not None:
+            node.tool_masks.append(gen.tool_masks[span])
+            node.tool_calls.append(gen.tool_calls[span])
+            node.tool_failures.append(gen.tool_failures[span])
 
 
 def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score, transition) -> list[int]:
@@ -187,7 +212,8 @@ def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score
     next_live = []
     for a, prompts in zip(going_on, transition(turn, tree, going_on) if going_on else [], strict=True):
         node = tree.nodes[tree.joint_actions[a].node]
-        tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=list(prompts), parent=a))
+        world = tree.joint_actions[a].environment  # the branch goes on in the world its joint action left
+        tree.nodes.append(Node(row=node.row, turn=turn + 1, prompts=list(prompts), parent=a, environment=world))
         tree.joint_actions[a].child = len(tree.nodes) - 1
         next_live.append(len(tree.nodes) - 1)
     return next_live
