@@ -56,6 +56,23 @@ def make_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
     )
 
 
+def make_tool_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    """`make_tokenizer` with TRL's Qwen2.5 chat template, which renders tool calls, and its ``<|im_start|>`` /
+    ``<|im_end|>`` tokens (``<|im_end|>`` ends a turn: the EOS). The tool tests' and the tool recipe's tokenizer shape.
+
+    >>> from trl.chat_template_utils import supports_tool_calling
+    >>> supports_tool_calling(make_tool_tokenizer()), make_tool_tokenizer().eos_token
+    (True, '<|im_end|>')
+    """
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    tokenizer = make_tokenizer(vocab_size)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = qwen2_5_chat_template
+    return tokenizer
+
+
 def make_model(
     tokenizer,
     seed: int = 0,
