@@ -39,7 +39,7 @@ def fake_generate(seen):
     def generate(agent, prompts, environments):
         k = len(environments) // len(prompts) if prompts else 0
         for c, world in enumerate(environments or []):
-            world.add(10 ** agent * (c % k + 1))  # agent 0 adds 1..K, agent 1 adds 10..10K
+            world.add(10**agent * (c % k + 1))  # agent 0 adds 1..K, agent 1 adds 10..10K
             world.log.append(agent)
             seen.append((agent, id(world)))
         n = len(prompts) * k
@@ -108,7 +108,7 @@ def test_get_reward_enters_the_joint_reward_under_reward_weights():
     b, _ = worlds.start({"start": 7}, ["p", "p"])
 
     def length(c0, c1):
-        return [float(len(x + y)) for x, y in zip(c0, c1)]
+        return [float(len(x + y)) for x, y in zip(c0, c1, strict=True)]
 
     reward = JointReward([length, *worlds.reward_funcs], [0.5, 3.0], num_agents=2)
     assert reward.names == ["length", "Counter"]

@@ -82,6 +82,7 @@ def make_model(
     vocab_size: int | None = None,
     heads: int = 4,
     tied: bool = True,
+    max_positions: int = 512,
 ):
     """A random causal LM with tied embeddings (hidden 32, 2 layers by default).
 
@@ -95,7 +96,7 @@ def make_model(
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=max(heads // 2, 1),
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

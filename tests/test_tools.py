@@ -1,0 +1,237 @@
+"""`tools=` and `environment_factory=` on real trainers: TRL's tool loop, tool mask and metrics for a team.
+
+The tiny random model never writes a tool call, so its sampler is replaced by a script (the one mock here): a
+completion's text depends on its index among the K samples of a prompt, and a continuation after tool results on the
+result it reads. Everything else is real: TRL's chat template, `parse_response`, `_get_tool_suffix_ids`, loss.
+"""
+
+import re
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.generation import TransformersGenerator
+from trl_multiagent.rollout.tools import tool_loop
+from trl_multiagent.testing import make_model, make_tokenizer, make_tool_tokenizer
+
+
+PROMPTS = [[{"role": "user", "content": f"Add {a} and 2."}] for a in (3, 5)]
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    return a + b
+
+
+def tool_call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call><|im_end|>'
+
+
+def scripted_text(tokenizer, ids, variant: int) -> str:
+    """Even samples call `add`, odd ones answer at once; after a tool result, the answer quotes it."""
+    text = tokenizer.decode(ids)
+    results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text)
+    if results:
+        return f"The sum is {results[-1]}.<|im_end|>"
+    if variant % 2 == 0:
+        return tool_call("add", f'{{"a": {variant}, "b": 2}}')
+    return "No tool needed.<|im_end|>"
+
+
+def script_ours(monkeypatch, tokenizer, text=scripted_text):
+    def _sample(self, agent, prompt_ids, num_generations, greedy):
+        out = [text(tokenizer, p, k) for p in prompt_ids for k in range(num_generations)]
+        return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in out], None
+
+    monkeypatch.setattr(TransformersGenerator, "_sample", _sample)
+
+
+def ids_reward(completion_ids, **kwargs):
+    return [len(ids) / 10 for ids in completion_ids]
+
+
+COMMON = dict(
+    num_generations=4, per_device_train_batch_size=8, max_completion_length=256, max_steps=1, logging_steps=1,
+    report_to="none", seed=7, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
+    use_cpu=True, bf16=False,
+)  # fmt: skip
+
+
+def test_one_agent_with_tools_equals_grpo_trainer(tmp_path, monkeypatch):
+    tokenizer = make_tool_tokenizer()
+    data = Dataset.from_dict({"prompt": PROMPTS})
+
+    def trl_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # TRL's rows are the prompts repeated K times, prompt-major, and one sample each: the same order as ours
+        k = num_generations if num_generations > 1 else None
+        texts = [scripted_text(tokenizer, p, i % k if k else 0) for i, p in enumerate(prompt_ids)]
+        return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], None
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", trl_single_turn)
+    stock_model = make_model(tokenizer, max_positions=2048, seed=3)
+    before = {k: v.clone() for k, v in stock_model.state_dict().items()}
+    stock = GRPOTrainer(
+        model=stock_model, reward_funcs=ids_reward, train_dataset=data, processing_class=tokenizer, tools=[add],
+        args=GRPOConfig(output_dir=str(tmp_path / "stock"), **COMMON),
+    )  # fmt: skip
+    stock.train()
+
+    script_ours(monkeypatch, tokenizer)
+    ours_model = make_model(tokenizer, max_positions=2048, seed=3)
+    ours = MAGRPOTrainer(
+        agents=[ours_model], tokenizer=tokenizer, reward_func=ids_reward, train_dataset=data, tools=[add],
+        args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **COMMON),
+    )  # fmt: skip
+    ours.train()
+
+    stock_log, ours_log = stock.state.log_history[0], ours.state.log_history[0]
+    for key in ("reward", "loss", "tools/call_frequency", "tools/failure_frequency", "completions/mean_length"):
+        assert ours_log[key] == pytest.approx(stock_log[key], abs=1e-6), key
+    assert ours_log["tools/call_frequency"] == 0.5  # half the samples called `add`, once
+    moved = 0
+    for name, start in before.items():
+        stock_step = stock_model.state_dict()[name] - start
+        ours_step = ours_model.state_dict()[name] - start
+        torch.testing.assert_close(ours_step, stock_step, rtol=1e-4, atol=1e-6, msg=name)
+        moved += int(stock_step.abs().sum() > 0)
+    assert moved > 10
+
+
+def test_tool_tokens_get_no_loss_terms(tmp_path, monkeypatch):
+    tokenizer = make_tool_tokenizer()
+    script_ours(monkeypatch, tokenizer)
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
+        reward_func=lambda c0, c1: [float(len(a) - len(b)) for a, b in zip(c0, c1, strict=True)],
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[[add], []],
+        args=MAGRPOConfig(output_dir=str(tmp_path), **COMMON),
+    )  # fmt: skip
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the Trainer's loop, which this test does not run
+    batches = trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(4)])["agents"]
+    acting, silent = batches
+    suffix = tokenizer.decode(acting["completion_ids"][0][acting["tool_mask"][0] == 0])
+    assert suffix.startswith("\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>")  # add(0, 2)
+    assert (acting["tool_mask"] == 0).any(dim=1).tolist() == [k % 2 == 0 for _ in PROMPTS for k in range(4)]
+    assert "tool_mask" not in silent or bool(silent["tool_mask"].all())  # agent 1 has no tools
+
+    def loss(batch):
+        with trainer.team.acting(0):
+            return trainer._compute_loss(trainer.team, batch)
+
+    acting["advantages"] = torch.linspace(-1.0, 1.0, acting["advantages"].numel())
+    removed = {k: v for k, v in acting.items() if k != "tool_mask"}
+    removed["completion_mask"] = acting["completion_mask"] * acting["tool_mask"]
+    counted = {k: v for k, v in acting.items() if k != "tool_mask"}
+    torch.testing.assert_close(loss(acting), loss(removed))
+    assert not torch.allclose(loss(acting), loss(counted))  # the tool tokens would change it
+
+
+class Notebook:
+    """Two agents, one shared notebook: agent 0 writes, agent 1 reads."""
+
+    agent_tools = [["write", "explode"], ["read"]]
+
+    def reset(self, **row):
+        self.notes, self.secret = [], row["secret"]
+
+    def write(self, note: str) -> str:
+        """Write a note in the shared notebook.
+
+        Args:
+            note: The text to write.
+        """
+        self.notes.append(note)
+        return "written"
+
+    def read(self) -> str:
+        """Read the shared notebook."""
+        return " | ".join(self.notes) or "(empty)"
+
+    def explode(self) -> str:
+        """A tool that always fails."""
+        raise RuntimeError("boom")
+
+    def get_reward(self) -> float:
+        return float(self.secret in self.notes)
+
+
+def notebook_script(tokenizer, ids, variant):
+    text = tokenizer.decode(ids)
+    if text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n"):  # after its tool results
+        return "Done.<|im_end|>"
+    if '"name": "write"' in text:  # agent 0: its prompt lists `write`
+        if variant == 3:
+            return tool_call("explode", "{}")
+        return tool_call("write", f'{{"note": "{"alpha" if variant < 2 else "beta"}"}}')
+    return tool_call("read", "{}")
+
+
+def test_a_team_acts_on_a_shared_world_and_learns_from_its_reward(tmp_path, monkeypatch):
+    tokenizer = make_tool_tokenizer()
+    script_ours(monkeypatch, tokenizer, notebook_script)
+    seen = []
+
+    def heard(c0, c1, environments):  # agent 1's answer after reading the notebook agent 0 wrote in
+        seen.extend(" | ".join(w.notes) for w in environments)
+        return [0.0] * len(c0)
+
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
+        reward_func=heard, environment_factory=Notebook,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS, "secret": ["alpha", "beta"]}),
+        args=MAGRPOConfig(output_dir=str(tmp_path), reward_weights=[1.0, 2.0], log_completions=True, **COMMON),
+    )  # fmt: skip
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert seen[-8:] == ["alpha", "alpha", "beta", ""] * 2
+    # agent 1 read what agent 0 wrote in the same joint action: the tool result is in its completion
+    logs = trainer._logs
+    readers = [c for c, agent in zip(logs["completion"], logs["extra"]["agent"], strict=True) if agent == 1]
+    assert "<tool_response>\nalpha\n</tool_response>" in readers[0].replace("<|im_start|>user", "")
+    assert list(trainer._logs["extra"]["tool_calls"])[:4] == [1, 1, 1, 1]
+    # Notebook's reward (weight 2): the secret written for row 0 in samples 0-1, row 1 in sample 2
+    assert log["turn_1/rewards/Notebook/mean"] == pytest.approx(3 / 8)
+    assert log["reward"] == pytest.approx(2 * 3 / 8)
+    assert log["turn_1/agent_0/tools/call_frequency"] == 1.0 and log["turn_1/agent_1/tools/call_frequency"] == 1.0
+    assert log["turn_1/agent_0/tools/failure_frequency"] == 0.25  # `explode` in sample 3
+    assert log["tools/failure_frequency"] == pytest.approx(2 / 16)
+    assert log["loss"] == log["loss"]  # training went on through the failing tool
+
+
+def test_a_chat_template_without_tools_gets_trls_message_and_the_fix(tmp_path):
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match=r"does not support tool calling.*qwen2_5_chat_template"):
+        MAGRPOTrainer(
+            agents=[make_model(tokenizer)] * 2, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+            train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[add],
+            args=MAGRPOConfig(output_dir=str(tmp_path), **COMMON),
+        )  # fmt: skip
+
+
+def test_a_tool_result_past_the_length_limit_is_rolled_back():
+    def parse(c, ids, prefix):
+        return (
+            {"tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]} if ids[0] == 5 else {}
+        )
+
+    loop = dict(parse=parse, suffix_ids=lambda messages: [7] * 4, max_iterations=None, any_left=bool)
+    more = lambda ids: ([[9, 9, 9]] * len(ids), None)  # noqa: E731
+    fits = tool_loop([[1]], [[5, 5]], None, [{"f": lambda: 1}], generate_more=more, max_completion_length=9, **loop)
+    assert fits.completion_ids == [[5, 5, 7, 7, 7, 7, 9, 9, 9]] and fits.tool_masks == [[1, 1, 0, 0, 0, 0, 1, 1, 1]]
+    cut = tool_loop([[1]], [[5, 5]], None, [{"f": lambda: 1}], generate_more=more, max_completion_length=7, **loop)
+    assert cut.completion_ids == [[5, 5, 7, 7, 7, 7, 9]]  # the continuation is cut to the budget, as in TRL
+    over = tool_loop([[1]], [[5, 5]], None, [{"f": lambda: 1}], generate_more=more, max_completion_length=5, **loop)
+    assert over.completion_ids == [[5, 5]] and over.tool_masks == [[1, 1]] and over.calls == [1]
+    ctx = tool_loop([[1]], [[5, 5]], None, [{"f": lambda: 1}], generate_more=more, max_completion_length=9,
+                    max_model_length=7, **loop)  # fmt: skip
+    assert ctx.completion_ids == [[5, 5]]  # past the model's context: rolled back too
