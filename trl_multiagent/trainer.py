@@ -22,7 +22,7 @@ from .chunking import update_chunks
 from .config import MAGRPOConfig
 from .credit import group_advantages
 from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
-from .generation import build_generator, context_length
+from .generation import build_generator
 from .importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
@@ -66,9 +66,8 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             model ids) score each agent, combined by `args.agent_reward_aggregation` (see `rewards`).
         reward_processing_classes: the reward models' tokenizers, as in GRPOTrainer.
         quantization_config: as in GRPOTrainer, for agents loaded from ids (bitsandbytes, CUDA only).
-        tools, environment_factory: GRPOTrainer's, for a team: `tools` is one list for every agent or one per agent;
-            one world per joint trajectory, shared by the agents and copied at each branch (`rollout.tools`,
-            `rollout.worlds`, docs: Agents that act).
+        tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
+            agent or per agent; one world per joint trajectory, shared by the agents and copied at each branch.
         rollout_func: GRPOTrainer's; refused, with the reason (`arguments.REFUSED_GRPO_ARGUMENTS`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: optional per-agent callables mapping a dataset row to that agent's first prompt (one callable
@@ -80,18 +79,15 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
 
     ```python
     from datasets import Dataset
-
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 
     dataset = Dataset.from_dict({"prompt": ["Describe a city in the clouds:", "Invent a new holiday and explain it:"]})
-
     def ratio_reward(completions1, completions2):  # one list per agent, one value per joint answer
         return [min(len(b) / max(len(a), 1), 3.0) for a, b in zip(completions1, completions2)]
 
     trainer = MAGRPOTrainer(
         agents=["HuggingFaceTB/SmolLM2-135M-Instruct"] * 2,  # hub ids, saved folders or models in memory
-        reward_func=ratio_reward,
-        train_dataset=dataset,
+        reward_func=ratio_reward, train_dataset=dataset,
         args=MAGRPOConfig(num_generations=4, per_device_train_batch_size=8, max_new_tokens=64),
     )
     trainer.train()
@@ -126,19 +122,14 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         environment_factory=None,
         **comlrl_arguments,
     ):
-        # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the
-        # tokenizers are small, and the first prompts need them (chat messages need a chat template), so they load
-        # before the models.
+        # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the small
+        # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).
         given = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         inputs = arguments.prepare(**given)  # every argument, by its name
         args, eval_dataset, plan = inputs.args, inputs.eval_dataset, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
-        self.tokenizers, self.environment, self.comlrl_evaluation = (
-            inputs.tokenizers,
-            inputs.environment,
-            inputs.evaluation,
-        )
-        self.tool_calling = inputs.tool_calling
+        self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
+        self.comlrl_evaluation, self.tool_calling = inputs.evaluation, inputs.tool_calling
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, bool(inputs.special_tokens))
         self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
@@ -197,9 +188,6 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             wrapped_model=lambda: self.model_wrapped,
             chat_templates=self.tool_calling.chat_templates if self.tool_calling else None,
         )
-        if self.tool_calling is not None:  # as TRL, a tool result that would pass the context is rolled back
-            configs = [self.team.agent(i).config.get_text_config() for i in range(self.num_agents)]
-            self.tool_calling.context_lengths = [context_length(args, config) for config in configs]
         self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
         self._ratio_from_loss = RatioFromLoss(args)
 
@@ -213,8 +201,8 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         with self._rollout_times.phase("generate"):
             generation = self.generator.generate(agent, prompts, num_generations, greedy, tools)
             if calling is not None:
-                more = partial(self.generator.generate_more, agent, greedy=greedy)
-                generation = calling.run(agent, generation, environments, more, partial(any_process, self.accelerator))
+                any_left = partial(any_process, self.accelerator)
+                generation = calling.run(agent, generation, environments, self.generator, greedy, any_left)
         self._rollout_times.generated_tokens += sum(len(c) for c in generation.completion_ids)
         self._truncated_prompts += generation.truncated_prompts
         return generation
@@ -271,8 +259,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             table = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
             self._logs = completion_logs(gather_object(table))
         if mode == "eval" and self.comlrl_evaluation is not None:  # CoMLRL's eval_logger and eval_aggregator
-            for key, value in self.comlrl_evaluation(tree, rows, self.args.num_turns).items():
-                self._metrics[mode][key].append(value)
+            self._log_metrics(mode, self.comlrl_evaluation(tree, rows, self.args.num_turns))
         return {"agents": agent_batches}
 
     @torch.no_grad()
@@ -300,9 +287,13 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
                 with self.team.reference(agent):
                     batch["ref_per_token_logps"] = logps(self.model)[0]
 
-    def _log_sampling_stats(self, mode: str, stats: dict[int, dict]) -> None:
-        for key, value in reduce_sampling_stats(gather_object([stats])).items():
+    def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
+        """Append each value to TRL's `_metrics[mode]` (a private layout, under contract), which `log` averages."""
+        for key, value in metrics.items():
             self._metrics[mode][key].append(value)
+
+    def _log_sampling_stats(self, mode: str, stats: dict[int, dict]) -> None:
+        self._log_metrics(mode, reduce_sampling_stats(gather_object([stats])))
 
     def _corrects_sampling(self, agent: int) -> bool:
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
@@ -318,11 +309,10 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         gathered = gather_object([stats])  # one collective for every process's summary
         if mode == "train":
             self.state.num_input_tokens_seen += sum(s.tokens for s in gathered)
-        metrics = rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, self.max_completion_length)
-        for key, value in metrics.items():
-            self._metrics[mode][key].append(value)
-        for key, value in self._rollout_times.metrics(env.seconds).items():
-            self._metrics[mode][key].append(value)
+        self._log_metrics(
+            mode, rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, self.max_completion_length)
+        )
+        self._log_metrics(mode, self._rollout_times.metrics(env.seconds))
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
 
     # ------------------------------------------------------------------ training step
@@ -381,8 +371,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             if stats:
                 self._log_sampling_stats("train", stats)
         if self._step % self.current_gradient_accumulation_steps == 0:
-            for key, value in self._update_times.flush().items():
-                self._metrics["train"][key].append(value)
+            self._log_metrics("train", self._update_times.flush())
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -63,6 +63,7 @@ def build_generator(
         "vocab_sizes": [config.vocab_size for config in configs],
         "max_prompt_lengths": [max_prompt_length(args, config) for config in configs],
         "chat_templates": chat_templates,
+        "context_lengths": [context_length(args, config) for config in configs],
     }
     if not args.use_vllm:
         return TransformersGenerator(

@@ -65,6 +65,7 @@ class Generator:
         vocab_sizes: list[int] | None = None,
         max_prompt_lengths: list[int | None] | None = None,
         chat_templates: list[str | None] | None = None,
+        context_lengths: list[int | None] | None = None,
     ):
         self.tokenizers = tokenizers
         self.eos_token_ids = eos_token_ids
@@ -77,6 +78,8 @@ class Generator:
         # per agent, the template to render chat prompts with (None: the tokenizer's own); with tools, TRL's training
         # template when the tokenizer's own is not prefix-preserving (`rollout.tools.prepare_tokenizer`)
         self.chat_templates = chat_templates or [None] * len(tokenizers)
+        # per agent, the longest sequence its model (or engine) takes: a tool result past it is rolled back, as in TRL
+        self.context_lengths = context_lengths or [None] * len(tokenizers)
 
     def tokenize(self, agent: int, prompts: list, tools: list[list] | None = None) -> list[list[int]]:
         """Token ids of each prompt, shortened to the agent's `max_prompt_length` (`fit_text`, `fit_chat`); a chat

@@ -232,8 +232,6 @@ class ToolCalling:
         self.tokenizers = tokenizers
         self.max_iterations = max_iterations
         self.max_completion_length = max_completion_length
-        # per agent, the longest sequence its model (or vLLM engine) takes: set from the generator once it is built
-        self.context_lengths: list[int | None] = [None] * len(tokenizers)
         world_names = worlds.agent_names.values() if worlds is not None else []
         self.has_tools = [
             bool(self.tools[i]) or any(names[i] for names in world_names) for i in range(len(tokenizers))
@@ -257,10 +255,12 @@ class ToolCalling:
         agent: int,
         generation: Generation,
         worlds: list | None,
-        generate_more: Callable,
+        generator,
+        greedy: bool = False,
         any_left: Callable[[bool], bool] = bool,
     ) -> Generation:
-        """The generation after TRL's tool loop: completions extended with tool rounds, their tool masks, counts."""
+        """The generation after TRL's tool loop: completions extended with tool rounds, their tool masks, counts.
+        `generator` (`generation.base.Generator`) samples the continuations and knows each agent's context."""
         count = len(generation.completion_ids)
         if not self.has_tools[agent]:  # this agent calls nothing: every token is the model's
             generation.tool_masks = [[1] * len(ids) for ids in generation.completion_ids]
@@ -281,10 +281,10 @@ class ToolCalling:
             [{tool.__name__: tool for tool in tools} for tools in per_completion],
             parse=parse,
             suffix_ids=lambda messages: self.suffix_ids(agent, messages),
-            generate_more=generate_more,
+            generate_more=lambda ids: generator.generate_more(agent, ids, greedy),
             max_iterations=self.max_iterations,
             max_completion_length=self.max_completion_length,
-            max_model_length=self.context_lengths[agent],
+            max_model_length=generator.context_lengths[agent],
             any_left=any_left,
         )
         texts = tokenizer.batch_decode(results.completion_ids, skip_special_tokens=True)
