@@ -2,6 +2,7 @@
 them must fail here, loudly, rather than train wrongly. The supported range is pinned in pyproject.toml."""
 
 import inspect
+import re
 
 import transformers
 import trl
@@ -74,3 +75,28 @@ def test_loss_normalisations_are_the_ones_the_chunk_weights_assume():
     assert "(per_token_loss * mask).sum(-1).mean()" in source  # luspo: rows of the call
     named = {name for name in LOSS_TYPES if f'"{name}"' in source}
     assert named == set(LOSS_TYPES)
+
+
+def test_tool_suffix_ids_reads_only_what_the_team_gives_it():
+    """`rollout.tools.ToolCalling.suffix_ids` calls TRL's private `GRPOTrainer._get_tool_suffix_ids` on a stand-in
+    holding one agent's tokenizer and template. It must keep its signature, read no attribute beyond those, and give
+    the tokens that append a tool message to an assistant turn; and `_compute_loss` must mask with `tool_mask`."""
+    import types
+
+    from trl.chat_template_utils import add_response_schema
+
+    from trl_multiagent.testing import make_tool_tokenizer
+
+    assert params(GRPOTrainer._get_tool_suffix_ids) == ["self", "tool_messages"]
+    source = inspect.getsource(GRPOTrainer._get_tool_suffix_ids)
+    given = {"processing_class", "_tokenizer", "chat_template", "chat_template_kwargs", "_is_vlm"}
+    assert set(re.findall(r"self\.(\w+)", source)) <= given
+    tokenizer = add_response_schema(make_tool_tokenizer())
+    owner = types.SimpleNamespace(
+        processing_class=tokenizer, _tokenizer=tokenizer, chat_template=None, chat_template_kwargs={}, _is_vlm=False
+    )
+    suffix = GRPOTrainer._get_tool_suffix_ids(owner, [{"role": "tool", "name": "add", "content": "5"}])
+    assert tokenizer.decode(suffix) == (
+        "\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert 'completion_mask * inputs["tool_mask"]' in inspect.getsource(GRPOTrainer._compute_loss)
