@@ -87,15 +87,16 @@ def load_reward_models(funcs: list, model_init_kwargs: dict | None, distributed:
     ]
 
 
-def check_dataset(name: str, dataset, has_formatters: bool) -> None:
-    """Before anything is loaded: the dataset has rows, a 'prompt' column (or formatters), and no blank prompt."""
+def check_dataset(name: str, dataset, has_formatters: bool, has_worlds: bool = False) -> None:
+    """Before anything is loaded: the dataset has rows, a 'prompt' column (or formatters, or an environment whose
+    `reset` writes the task, as in TRL), and no blank prompt."""
     columns = getattr(dataset, "column_names", None)
     if columns is None:  # no dataset, or an iterable one: its rows are checked as they are read
         return
     if isinstance(dataset, Dataset) and len(dataset) == 0:
         raise ValueError(f"MAGRPOTrainer: {name} is empty (0 rows); it needs at least one prompt.")
-    if "prompt" not in columns:
-        if has_formatters:
+    if "prompt" not in columns or has_worlds:
+        if has_formatters or has_worlds:
             return
         raise ValueError(
             f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
@@ -149,6 +150,7 @@ def user_functions(
     eval_dataset,
     reward_processor,
     world_rewards: list | None = None,
+    has_worlds: bool = False,
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
@@ -170,7 +172,7 @@ def user_functions(
             f"MAGRPOTrainer got {len(formatters)} formatters for {num_agents} agents; pass one per agent."
         )
     for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-        check_dataset(name, dataset, formatters is not None)
+        check_dataset(name, dataset, formatters is not None, has_worlds)
     if train_dataset is not None and next(iter(train_dataset), None) is None:  # an iterable one: read its first row
         raise ValueError("MAGRPOTrainer: train_dataset is empty (no row); it needs at least one prompt.")
     check_dataset_fills_a_step(train_dataset, args)
@@ -224,6 +226,23 @@ def _short_prompt(prompt, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def placeholder_dataset(args, worlds) -> Dataset:
+    """TRL's rule when an environment owns the data (no `train_dataset`): `max_steps` sets the length, and rows of
+    empty chat prompts, one generation's worth, drive the loop; each root's `reset` writes its task."""
+    if worlds.routed:
+        raise ValueError(
+            "MAGRPOTrainer: a dict `environment_factory` (several environments) needs a `train_dataset` with an "
+            "'environment' column to route each row to its environment, as in TRL. Pass one, or a single factory."
+        )
+    if args.max_steps <= 0:
+        raise ValueError(
+            "MAGRPOTrainer: without a `train_dataset` (the environment owns the data and `reset()` writes the "
+            "prompt), `max_steps` sets the training length: set MAGRPOConfig(max_steps=...), as TRL asks."
+        )
+    rows = max(args.generation_batch_size // args.num_generations, 1)
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
+
+
 def check_joint_mode_for_worlds(args, worlds) -> None:
     """A world is acted on by the agents of one joint action in turn; `cross` pairs each completion with K^(N-1)
     joint actions, whose worlds differ, so one completion would have acted on several worlds."""
@@ -248,6 +267,7 @@ class PreparedInputs:
     """`MAGRPOTrainer`'s arguments, checked and resolved, before any model is loaded."""
 
     args: object  # the MAGRPOConfig to train with (a copy when CoMLRL keywords changed it)
+    train_dataset: object  # as given, or TRL's placeholder rows when an environment owns the data
     eval_dataset: object
     plan: TeamPlan
     agent_init_kwargs: dict | None  # the agents' `from_pretrained` keywords (with `quantization_config`)
@@ -314,6 +334,8 @@ def prepare(
         check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
     worlds = Worlds(environment_factory, plan.num_agents) if environment_factory is not None else None
     check_joint_mode_for_worlds(args, worlds)
+    if train_dataset is None and worlds is not None:
+        train_dataset = placeholder_dataset(args, worlds)
     functions = user_functions(
         args,
         plan.num_agents,
@@ -325,6 +347,7 @@ def prepare(
         eval_dataset,
         resolved["reward_processor"],
         worlds.reward_funcs if worlds is not None else None,
+        has_worlds=worlds is not None,
     )
     tokenizers = load_tokenizers(plan)
     comlrl.add_special_tokens(tokenizers, resolved["special_tokens"])
@@ -346,6 +369,7 @@ def prepare(
     special_tokens, evaluation, callbacks = resolved["special_tokens"], resolved["evaluation"], resolved["callbacks"]
     return PreparedInputs(
         args,
+        train_dataset,
         eval_dataset,
         plan,
         agent_init_kwargs,

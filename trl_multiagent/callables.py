@@ -164,9 +164,9 @@ def check_prompts(name: str, result: Any, num_agents: int, turn: int, conversati
     return result
 
 
-def check_prompt(where: str, prompt: Any, conversational: bool) -> None:
+def check_prompt(where: str, prompt: Any, conversational: bool, blank_ok: bool = False) -> None:
     """One agent's prompt: a non-blank string, or a non-empty list of chat messages (a blank prompt would reach
-    `generate` with no token at all)."""
+    `generate` with no token at all). `blank_ok`: an environment's `reset` completes it (TRL's convention)."""
     is_messages = isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt)
     if not (isinstance(prompt, str) or is_messages):
         raise TypeError(
@@ -174,7 +174,7 @@ def check_prompt(where: str, prompt: Any, conversational: bool) -> None:
             f"{' or a list of chat messages' if conversational else ''}. Got: {_short(prompt)}."
         )
     blank = not prompt.strip() if isinstance(prompt, str) else not any(str(m["content"]).strip() for m in prompt)
-    if blank:
+    if blank and not blank_ok:
         raise ValueError(f"{where} is empty ({_short(prompt)}); give every agent a prompt with some text.")
 
 

@@ -28,6 +28,8 @@ from .rollout import RolloutTree
 logger = logging.get_logger(__name__)
 
 PLACEHOLDER_ANSWER = "placeholder answer"
+# TRL's prompt for a row without one when an environment owns the task: `reset`'s observation fills it
+EMPTY_CHAT = [{"role": "user", "content": ""}]
 # Joint actions of the placeholder reward call: more than one, so that a reward returning a list of fixed length
 # fails when the trainer is built, not after the first generation, and CoMLRL's one-action rewards show themselves.
 PLACEHOLDER_JOINT_ACTIONS = 2
@@ -78,10 +80,13 @@ class TeamEnvironment:
     # ------------------------------------------------------------------ the rollout's three calls
 
     def first_prompts(self, row: dict) -> list:
-        """Each agent's first prompt: the row's `prompt`, or its formatter's result, checked."""
+        """Each agent's first prompt: the row's `prompt`, or its formatter's result, checked. With an environment, as
+        in TRL, the prompt may be blank or absent (an empty user message): `reset` writes the task into it."""
         if self.formatters is None:
-            check_prompt(f"The dataset row {_short_row(row)}'s 'prompt'", row["prompt"], conversational=True)
-            prompts, source = [row["prompt"]] * self.num_agents, f"the dataset row {_short_row(row)}"
+            prompt = row.get("prompt", EMPTY_CHAT) if self.worlds is not None else row["prompt"]
+            where = f"The dataset row {_short_row(row)}'s 'prompt'"
+            check_prompt(where, prompt, conversational=True, blank_ok=self.worlds is not None)
+            prompts, source = [prompt] * self.num_agents, f"the dataset row {_short_row(row)}"
         else:
             prompts = [f(row) for f in self.formatters]
             for i, prompt in enumerate(prompts):

@@ -126,7 +126,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).
         given = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         inputs = arguments.prepare(**given)  # every argument, by its name
-        args, eval_dataset, plan = inputs.args, inputs.eval_dataset, inputs.plan
+        args, train_dataset, eval_dataset, plan = inputs.args, inputs.train_dataset, inputs.eval_dataset, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
         self.comlrl_evaluation, self.tool_calling = inputs.evaluation, inputs.tool_calling

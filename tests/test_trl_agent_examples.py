@@ -1,0 +1,209 @@
+"""TRL 1.16's documented agent examples (docs/source/grpo_trainer.md, "Agent Training"), run as a TRL user would with
+only the class names swapped (`GRPOConfig` -> `MAGRPOConfig`, `GRPOTrainer` -> `MAGRPOTrainer`) and `num_agents=2`.
+
+The model id is a local tiny model with TRL's Qwen2.5 template (no hub here) and `max_steps` is 2 (not 1000); the
+environments, tools, datasets and rewards are TRL's own text. The tiny random model rarely writes a valid tool call:
+these check that the scripts run and that their parts (reset, tools, get_reward, routing) reach the team.
+"""
+
+import random
+
+import pytest
+from datasets import Dataset
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.testing import make_model, make_tool_tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_id(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-tool-model")
+    tokenizer = make_tool_tokenizer()
+    make_model(tokenizer, seed=0, max_positions=4096).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def small(tmp_path, **kwargs):
+    # The docs' GRPOConfig(max_steps=1000, ...) at the size of a test; everything else left at its default.
+    return MAGRPOConfig(
+        output_dir=str(tmp_path), max_steps=2, max_completion_length=24, logging_steps=1, report_to="none", **kwargs
+    )
+
+
+class IncrementEnv:
+    # Reserved methods
+    def reset(self, **kwargs) -> str | None:  # required; called at the start of each rollout
+        self.counter = 0
+        self.target = random.randint(1, 6)  # self-sample the task
+        return f"Increment the counter by {self.target}."  # returned string becomes the prompt
+
+    def get_reward(self) -> float:  # optional: the environment scores itself from its own state
+        return float(self.counter == self.target)
+
+    # Public methods (exposed as tools)
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        self.counter += step
+        return self.counter
+
+
+def test_the_environment_example_without_a_dataset(model_id, tmp_path):
+    trainer = MAGRPOTrainer(
+        model=model_id,
+        num_agents=2,
+        args=small(tmp_path, chat_template_kwargs={"enable_thinking": False}),
+        environment_factory=IncrementEnv,
+    )
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "reward" in log]
+    assert len(logs) == 2 and "turn_1/rewards/IncrementEnv/mean" in logs[0]
+    assert "tools/call_frequency" in logs[0] and "turn_1/agent_1/tools/failure_frequency" in logs[0]
+
+
+def test_the_environment_example_with_a_dataset_and_a_reward_func(model_id, tmp_path):
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 7)],
+            "target": list(range(1, 7)),
+        }
+    )
+    seen_targets = []
+
+    class IncrementEnv:
+        def reset(self, target, **kwargs) -> None:  # the row's `target` column arrives as a keyword argument
+            self.counter = 0
+            self.target = target
+            seen_targets.append(target)
+
+        def get_reward(self) -> float:
+            return float(self.counter == self.target)
+
+        def increment(self, step: int) -> int:
+            """Increment the internal counter.
+
+            Args:
+                step: Value to add to the counter.
+            """
+            self.counter += step
+            return self.counter
+
+    def format_reward(completions, **kwargs):  # trainer-owned: scores the completion text
+        return [float(len(c[0]["content"]) > 0) for c in completions]
+
+    trainer = MAGRPOTrainer(
+        model=model_id,
+        num_agents=2,
+        args=small(tmp_path),
+        train_dataset=dataset,
+        reward_funcs=format_reward,
+        environment_factory=IncrementEnv,
+    )
+    trainer.train()
+    assert set(seen_targets) <= set(range(1, 7)) and len(seen_targets) >= 2
+    log = trainer.state.log_history[0]
+    assert "turn_1/rewards/format_reward/mean" in log and "turn_1/rewards/IncrementEnv/mean" in log
+
+
+class CodingEnv:
+    def reset(self, **kwargs) -> str:
+        n = random.randint(1, 20)
+        return f"Compute the {n}th Fibonacci number."
+
+    def run_code(self, code: str) -> str:  # exposed as a tool only for "coding" examples
+        """Run the given Python code and return its stdout.
+
+        Args:
+            code: The Python source to execute.
+
+        Returns:
+            The captured standard output.
+        """
+        ...
+
+
+class GameEnv:
+    def reset(self, **kwargs) -> str:
+        return "Reach the goal tile."
+
+    def move(self, action: str) -> str:  # exposed as a tool only for "game" examples
+        """Apply an action to the game and return the new observation.
+
+        Args:
+            action: One of "up", "down", "left", "right".
+
+        Returns:
+            The observation after the move.
+        """
+        ...
+
+
+def test_the_multiple_environments_example(model_id, tmp_path):
+    seen = []
+
+    def reward_func(completions, environments, **kwargs):
+        seen.extend(type(env).__name__ for env in environments)
+        return [0.5 if isinstance(env, CodingEnv) else 0.0 for env in environments]
+
+    dataset = Dataset.from_dict({"environment": ["coding", "game"] * 500})
+    trainer = MAGRPOTrainer(
+        model=model_id,
+        num_agents=2,
+        # in the dataset's order, so that two steps see both environments
+        args=small(tmp_path, chat_template_kwargs={"enable_thinking": False}, shuffle_dataset=False),
+        train_dataset=dataset,
+        reward_funcs=reward_func,
+        environment_factory={"coding": CodingEnv, "game": GameEnv},
+    )
+    trainer.train()
+    assert {"CodingEnv", "GameEnv"} <= set(seen)
+
+
+def multiply(a: int, b: int) -> int:
+    """
+    Multiplies two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The product of the two integers.
+    """
+    return a * b
+
+
+async def async_add(a: int, b: int) -> int:
+    """
+    Asynchronously adds two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The sum of the two integers.
+    """
+    return a + b
+
+
+def test_the_tools_example(model_id, tmp_path):
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "What is 3 times 4, plus 5?"}]] * 8})
+
+    def reward(completions, **kwargs):
+        return [float("17" in c[0]["content"]) for c in completions]
+
+    trainer = MAGRPOTrainer(
+        tools=[multiply, async_add], model=model_id, num_agents=2, args=small(tmp_path), train_dataset=dataset,
+        reward_funcs=reward,
+    )  # fmt: skip
+    trainer.train()
+    assert "tools/call_frequency" in trainer.state.log_history[0]
