@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.devices import has_accelerator
-from trl_multiagent.testing import make_model
+from trl_multiagent.testing import make_model, make_tool_tokenizer
 
 
 @pytest.fixture
@@ -426,10 +426,64 @@ def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tokeni
         build(tokenizer, args, data)
 
 
-@pytest.mark.parametrize("name", ["tools", "rollout_func", "environment_factory"])
-def test_grpo_trainer_arguments_without_a_team_meaning_are_refused_with_the_equivalent(tokenizer, args, data, name):
-    with pytest.raises(ValueError, match=rf"MAGRPOTrainer: `{name}` \(a GRPOTrainer argument\).*external_transition"):
-        build(tokenizer, args, data, **{name: [print] if name == "tools" else print})
+def test_rollout_func_is_refused_with_the_reason_and_the_equivalent(tokenizer, args, data):
+    with pytest.raises(ValueError, match=r"MAGRPOTrainer: `rollout_func` \(a GRPOTrainer argument\).*a team's rollout "
+                                         r"is a tree.*environment_factory="):  # fmt: skip
+        build(tokenizer, args, data, rollout_func=print)
+
+
+class Counter:
+    def reset(self, **row):
+        self.total = 0
+
+    def add(self, amount: int) -> int:
+        """Add to the counter.
+
+        Args:
+            amount: how much to add.
+        """
+        self.total += amount
+        return self.total
+
+
+def chat_data():
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in SEED_PROMPTS]})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"tools": [[print]]}, r"`tools` holds 1 lists for 2 agents"),
+        ({"tools": [print, [print]]}, r"`tools` mixes functions and lists"),
+        ({"tools": ["search"]}, r"tools of agent 0: 'search' is not a function"),
+        ({"environment_factory": {"a": Counter}, "train_dataset": None}, r"a dict `environment_factory`.*needs a "),
+        ({"environment_factory": Counter, "train_dataset": None}, r"without a `train_dataset`.*max_steps=\.\.\."),
+        ({"environment_factory": 3}, r"environment_factory must be a class or callable making an environment, got 3"),
+    ],
+)
+def test_bad_tools_and_environments_are_refused_before_any_model_is_loaded(tmp_path, overrides, message):
+    tok = make_tool_tokenizer()
+    args = MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4, report_to="none")
+    with pytest.raises((ValueError, TypeError), match=message):
+        build(tok, args, chat_data(), external_transition=None, **overrides)
+
+
+def test_tools_need_chat_prompts(tmp_path, data):
+    args = MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4, report_to="none")
+    with pytest.raises(ValueError, match=r"`tools` and `environment_factory` need chat prompts.*plain text"):
+        build(make_tool_tokenizer(), args, data, external_transition=None, tools=[print])
+
+
+def test_an_environment_with_cross_joint_actions_is_refused_with_why(tmp_path):
+    args = MAGRPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=2,
+        per_device_train_batch_size=4,
+        report_to="none",
+        joint_mode="cross",
+    )
+    with pytest.raises(ValueError, match=r"environment_factory needs joint_mode='aligned' \(got 'cross'\)"):
+        build(make_tool_tokenizer(), args, chat_data(), external_transition=None, environment_factory=Counter)
 
 
 def test_quantization_config_without_bitsandbytes_on_a_gpu_is_refused_before_loading(tokenizer, args, data):

@@ -6,7 +6,8 @@
 or, in Python, `plot_run(trainer.state.log_history, "curves.png")`.
 
 The figure has two panels: `turn_{t}/reward_mean` for every turn t (shaded by `turn_{t}/reward_std` when logged), and
-`agent_{i}/completions/mean_length` for every agent i, both over training steps. Per-step values are drawn as points;
+`agent_{i}/completions/mean_length` for every agent i, both over training steps; a run whose agents had tools gets a
+third, `turn_1/agent_{i}/tools/call_frequency` (tool calls per completion in the first turn). Per-step values are drawn as points;
 from `SMOOTH_FROM` steps on, a centred moving average over about an eighth of the run is drawn through them, so the
 trend shows through the step-to-step noise. Needs matplotlib (the `demo` or `plot` extra); it draws with the Agg
 backend and leaves pyplot's global backend alone.
@@ -20,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from .summary import AGENT_LENGTH, TURN_REWARD, series, smooth
+from .summary import AGENT_LENGTH, AGENT_TOOL_CALLS, TURN_REWARD, series, smooth
 
 
 TRAINER_STATE = "trainer_state.json"
@@ -144,9 +145,10 @@ def plot_run(
             "MAGRPOTrainer run with logging_steps set?"
         )
 
-    figure = Figure(figsize=FIGSIZE, dpi=DPI)
+    tools = series(log_history, AGENT_TOOL_CALLS)
+    figure = Figure(figsize=(FIGSIZE[0] * (1.5 if tools else 1), FIGSIZE[1]), dpi=DPI)
     FigureCanvasAgg(figure)
-    reward_ax, length_ax = figure.subplots(1, 2)
+    reward_ax, length_ax, *tools_ax = figure.subplots(1, 3 if tools else 2)
     for turn, (steps, values) in turns.items():
         line = _points_and_trend(reward_ax, steps, values, f"turn {turn}")
         std = _std(log_history, turn, steps)
@@ -156,11 +158,16 @@ def plot_run(
             reward_ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, linewidth=0)
     for agent, (steps, values) in agents.items():
         _points_and_trend(length_ax, steps, values, f"agent {agent}")
+    for agent, (steps, values) in tools.items():
+        _points_and_trend(tools_ax[0], steps, values, f"agent {agent}")
 
-    for ax, data, heading, ylabel in (
+    panels = [
         (reward_ax, turns, "turn_t/reward_mean (shaded: ± turn_t/reward_std)", "joint reward"),
         (length_ax, agents, "agent_i/completions/mean_length", "tokens"),
-    ):
+    ]
+    if tools:
+        panels.append((tools_ax[0], tools, "turn_1/agent_i/tools/call_frequency", "tool calls per completion"))
+    for ax, data, heading, ylabel in panels:
         ax.set_title(heading, fontsize=10)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)

@@ -94,6 +94,7 @@ def quarter_change(values: Sequence[float]) -> QuarterChange:
 
 TURN_REWARD = re.compile(r"^turn_(\d+)/reward_mean$")
 AGENT_LENGTH = re.compile(r"^agent_(\d+)/completions/mean_length$")
+AGENT_TOOL_CALLS = re.compile(r"^turn_1/agent_(\d+)/tools/call_frequency$")  # agents that act: calls per completion
 
 
 def series(log_history: list[dict], pattern: re.Pattern) -> dict[int, tuple[list[float], list[float]]]:

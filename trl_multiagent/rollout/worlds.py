@@ -107,14 +107,17 @@ class Worlds:
         self.agent_names: dict[type, list[list[str]]] = {}  # per world class, each agent's tool method names
         self.reward_funcs: list[Callable] = []
         for name, factory in self.factories.items():
+            where = "environment_factory" + ("" if name is None else f"[{name!r}]")
             if not callable(factory):
-                raise TypeError(f"MAGRPOTrainer: environment_factory[{name!r}] is not callable: got {factory!r}.")
+                raise TypeError(
+                    f"MAGRPOTrainer: {where} must be a class or callable making an environment, got {factory!r}."
+                )
             probe = factory()  # as TRL: one instance at start-up, to read its tools
             cls = type(probe)
             if not callable(getattr(probe, "reset", None)):
                 raise ValueError(
-                    f"MAGRPOTrainer: the environment {cls.__name__} (from environment_factory"
-                    f"{'' if name is None else f'[{name!r}]'}) must define a callable `reset(**row)`, as TRL asks."
+                    f"MAGRPOTrainer: the environment {cls.__name__} (from {where}) must define a callable "
+                    "`reset(**row)`, as TRL asks."
                 )
             if cls not in self.agent_names:
                 self.agent_names[cls] = _per_agent_names(cls, tool_method_names(cls), num_agents)
