@@ -400,3 +400,26 @@ def test_nodes_that_find_different_checkpoints_stop_naming_them(tmp_path):
     expected = "the processes do not find the same checkpoint in their output_dir: {0: 'step 1', 1: \"MAGRPOTrainer:"
     for output in outputs:
         assert expected in output and "need save_on_each_node=True" in output, output[-3000:]
+
+
+@pytest.mark.slow
+def test_a_round_of_tool_calls_on_one_rank_only_keeps_zero3_in_step(tmp_path):
+    """Rank 0's agents call tools, rank 1's do not: rank 1 joins rank 0's extra generation with no prompt, so the
+    ZeRO-3 gathers of every generation stay paired; a rank that skipped it would leave the other waiting."""
+    repo = os.path.dirname(os.path.dirname(__file__))
+    command = [
+        "accelerate", "launch", "--config_file", os.path.join(repo, "accelerate_configs", "zero3.yaml"),
+        "--num_processes", "2", "--main_process_port", str(free_port()), "--mixed_precision", "no",
+        os.path.join(DS_CONFIGS, "run_tool_team.py"), "--output_dir", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    with open(tmp_path / "info.json") as f:
+        info = json.load(f)
+    assert info["processes"] == 2
+    log = info["log"][0]
+    # rank 0: each agent called one tool per completion; rank 1: none. Gathered over both processes.
+    assert log["turn_1/agent_0/tools/call_frequency"] == 0.5 and log["turn_1/agent_1/tools/call_frequency"] == 0.5
+    assert log["turn_1/rewards/Notebook/mean"] == 0.5  # rank 0's notebooks hold one note each, rank 1's none

@@ -505,3 +505,16 @@ def test_a_dataset_smaller_than_one_generation_is_said_with_what_to_set(tokenize
     with pytest.raises(ValueError, match=r"train_dataset has 2 prompt\(s\), but one generation takes 4 .*"
                        r"per_device_train_batch_size=2"):  # fmt: skip
         build(tokenizer, args, Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), external_transition=None)
+
+
+def test_max_tool_calling_iterations_without_tools_is_said_to_do_nothing(tokenizer, data, tmp_path, caplog):
+    import trl_multiagent.arguments as arguments_module
+
+    arguments_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
+    args = MAGRPOConfig(
+        output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4, report_to="none",
+        max_tool_calling_iterations=2,
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        build(tokenizer, args, data, external_transition=None)
+    assert "max_tool_calling_iterations=2 has no effect: no agent has tools" in caplog.text

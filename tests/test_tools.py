@@ -235,3 +235,20 @@ def test_a_tool_result_past_the_length_limit_is_rolled_back():
     ctx = tool_loop([[1]], [[5, 5]], None, [{"f": lambda: 1}], generate_more=more, max_completion_length=9,
                     max_model_length=7, **loop)  # fmt: skip
     assert ctx.completion_ids == [[5, 5]]  # past the model's context: rolled back too
+
+
+def test_every_process_runs_the_same_rounds_of_generation():
+    """A process whose completions call no more tools still joins each round another process runs (with nothing to
+    continue), so collectives inside generation stay in step."""
+    calls = []
+
+    def more(ids):
+        calls.append(len(ids))
+        return [[9]] * len(ids), None
+
+    rounds_elsewhere = iter([True, True, False])  # another process runs two rounds
+    results = tool_loop(
+        [[1]], [[2]], None, [{}], parse=lambda c, ids, prefix: {}, suffix_ids=lambda m: [], generate_more=more,
+        max_iterations=None, max_completion_length=8, any_left=lambda local: local or next(rounds_elsewhere),
+    )  # fmt: skip
+    assert calls == [0, 0] and results.completion_ids == [[2]]

@@ -17,9 +17,9 @@ from trl.data_utils import is_conversational
 
 from . import comlrl
 from .assembly import TeamPlan, load_tokenizers, plan_team
-from .callables import Transition, callable_name, check_prompt
+from .callables import Transition, _short, callable_name, check_prompt
 from .devices import has_accelerator
-from .environment import TeamEnvironment
+from .environment import EMPTY_CHAT, TeamEnvironment
 from .generation.vllm_settings import check_vllm_team
 from .rewards import JointReward, check_agent_reward_aggregation
 from .rollout.tools import ToolCalling
@@ -95,9 +95,9 @@ def check_dataset(name: str, dataset, has_formatters: bool, has_worlds: bool = F
         return
     if isinstance(dataset, Dataset) and len(dataset) == 0:
         raise ValueError(f"MAGRPOTrainer: {name} is empty (0 rows); it needs at least one prompt.")
-    if "prompt" not in columns or has_worlds:
-        if has_formatters or has_worlds:
-            return
+    if has_worlds or ("prompt" not in columns and has_formatters):
+        return  # the environment's `reset`, or the formatters, write the prompts
+    if "prompt" not in columns:
         raise ValueError(
             f"MAGRPOTrainer: {name} has no 'prompt' column (columns: {columns}). Add one, or pass "
             "`formatters=` to build each agent's prompt from a row."
@@ -216,14 +216,9 @@ def check_acting_prompts(prompts: list, acts: bool) -> None:
         raise ValueError(
             "MAGRPOTrainer: `tools` and `environment_factory` need chat prompts (lists of messages), as in TRL: tool "
             "calls are read from the assistant's turn and results come back as tool messages. The first prompts are "
-            f"plain text ({_short_prompt(prompts[0])}); write the dataset's 'prompt' as "
+            f"plain text ({_short(prompts[0], 80)}); write the dataset's 'prompt' as "
             '[{"role": "user", "content": ...}], or return messages from `formatters`.'
         )
-
-
-def _short_prompt(prompt, limit: int = 80) -> str:
-    text = repr(prompt)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def placeholder_dataset(args, worlds) -> Dataset:
@@ -240,7 +235,7 @@ def placeholder_dataset(args, worlds) -> Dataset:
             "prompt), `max_steps` sets the training length: set MAGRPOConfig(max_steps=...), as TRL asks."
         )
     rows = max(args.generation_batch_size // args.num_generations, 1)
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
+    return Dataset.from_dict({"prompt": [EMPTY_CHAT] * rows})
 
 
 def check_joint_mode_for_worlds(args, worlds) -> None:
@@ -352,6 +347,11 @@ def prepare(
     tokenizers = load_tokenizers(plan)
     comlrl.add_special_tokens(tokenizers, resolved["special_tokens"])
     tool_calling = None
+    if tools is None and worlds is None and args.max_tool_calling_iterations is not None:
+        logger.warning_once(
+            f"MAGRPOTrainer: max_tool_calling_iterations={args.max_tool_calling_iterations} has no effect: no agent "
+            "has tools. Pass `tools=` or `environment_factory=` (docs: Agents that act)."
+        )
     if tools is not None or worlds is not None:
         tool_calling = ToolCalling(
             tools,
