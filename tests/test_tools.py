@@ -58,6 +58,11 @@ def ids_reward(completion_ids, **kwargs):
     return [len(ids) / 10 for ids in completion_ids]
 
 
+def messages_reward(completions, **kwargs):
+    """TRL's completions with tools: the assistant turns and the tool results, as messages."""
+    return [len(messages) + len(messages[-1]["content"]) / 10 for messages in completions]
+
+
 COMMON = dict(
     num_generations=4, per_device_train_batch_size=8, max_completion_length=256, max_steps=1, logging_steps=1,
     report_to="none", seed=7, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
@@ -79,7 +84,8 @@ def test_one_agent_with_tools_equals_grpo_trainer(tmp_path, monkeypatch):
     stock_model = make_model(tokenizer, max_positions=2048, seed=3)
     before = {k: v.clone() for k, v in stock_model.state_dict().items()}
     stock = GRPOTrainer(
-        model=stock_model, reward_funcs=ids_reward, train_dataset=data, processing_class=tokenizer, tools=[add],
+        model=stock_model, reward_funcs=[ids_reward, messages_reward], train_dataset=data, processing_class=tokenizer,
+        tools=[add],
         args=GRPOConfig(output_dir=str(tmp_path / "stock"), **COMMON),
     )  # fmt: skip
     stock.train()
@@ -87,7 +93,8 @@ def test_one_agent_with_tools_equals_grpo_trainer(tmp_path, monkeypatch):
     script_ours(monkeypatch, tokenizer)
     ours_model = make_model(tokenizer, max_positions=2048, seed=3)
     ours = MAGRPOTrainer(
-        agents=[ours_model], tokenizer=tokenizer, reward_func=ids_reward, train_dataset=data, tools=[add],
+        agents=[ours_model], tokenizer=tokenizer, reward_funcs=[ids_reward, messages_reward], train_dataset=data,
+        tools=[add],
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **COMMON),
     )  # fmt: skip
     ours.train()
@@ -95,6 +102,8 @@ def test_one_agent_with_tools_equals_grpo_trainer(tmp_path, monkeypatch):
     stock_log, ours_log = stock.state.log_history[0], ours.state.log_history[0]
     for key in ("reward", "loss", "tools/call_frequency", "tools/failure_frequency", "completions/mean_length"):
         assert ours_log[key] == pytest.approx(stock_log[key], abs=1e-6), key
+    for name in ("ids_reward", "messages_reward"):
+        assert ours_log[f"turn_1/rewards/{name}/mean"] == pytest.approx(stock_log[f"rewards/{name}/mean"], abs=1e-6)
     assert ours_log["tools/call_frequency"] == 0.5  # half the samples called `add`, once
     moved = 0
     for name, start in before.items():

@@ -108,7 +108,13 @@ class TeamEnvironment:
         ]
         worlds = [a.environment for a in actions]
         keywords = self.reward_keywords([rows[node.row] for node in nodes], [node.prompts for node in nodes], worlds)
-        rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids)
+        messages = None
+        if nodes and nodes[0].messages:  # the agents had tools: TRL's rewards get their messages
+            messages = [
+                [n.messages[i][a.choice[i]] for a, n in zip(actions, nodes, strict=True)]
+                for i in range(self.num_agents)
+            ]
+        rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
         self.seconds["reward"] += time.perf_counter() - start
         for f, values in enumerate(per_func):
             self.reward_values[turn][f].extend(v for v in values if v is not None)

@@ -179,9 +179,12 @@ class JointReward:
         turn: int,
         keywords: dict[str, Any],
         completion_ids: list[list[list[int]]] | None = None,
+        messages: list[list[list[dict] | None]] | None = None,
     ) -> tuple[list[float], list, dict[int, list[list[float | None]]]]:
         """Joint reward per joint action (weighted sum over functions, of the processed values), each function's
-        joint values, and each per-agent function's values per agent (function index -> [agent][joint action])."""
+        joint values, and each per-agent function's values per agent (function index -> [agent][joint action]).
+        `messages` ([agent][joint action], with tools): each completion as TRL's reward functions get it, the
+        assistant turns and tool results (None for an agent without tools: its text as one assistant message)."""
         count = len(completions[0])
         keywords = {**keywords, "turn": turn}
         per_func, per_agent = [], {}
@@ -190,7 +193,7 @@ class JointReward:
                 continue  # a reward model not loaded yet: the build-time check runs before GRPOTrainer prepares it
             if self.per_agent[f]:
                 per_agent[f] = [
-                    self._agent_values(f, i, completions[i], completion_ids, keywords, turn)
+                    self._agent_values(f, i, completions[i], completion_ids, keywords, turn, messages)
                     for i in range(self.num_agents)
                 ]
                 per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
@@ -243,7 +246,7 @@ class JointReward:
         values = self._call_joint(f, [[c[j]] for c in completions], one)
         return check_rewards(self.names[f], values, 1, turn)[0]
 
-    def _agent_values(self, f: int, agent: int, completions, completion_ids, keywords: dict, turn: int):
+    def _agent_values(self, f: int, agent: int, completions, completion_ids, keywords: dict, turn: int, messages=None):
         func, name = self.funcs[f], f"{self.names[f]}, agent {agent}"
         prompts = keywords.get("prompts", [[""] * len(completions)] * self.num_agents)[agent]
         conversational = bool(prompts) and is_conversational({"prompt": prompts[0]})
@@ -251,6 +254,8 @@ class JointReward:
             values = score_with_model(func, self.processing_classes[f], prompts, completions, conversational)
             return check_rewards(name, values, len(completions), turn)
         texts = [[{"role": "assistant", "content": c}] for c in completions] if conversational else completions
+        if messages is not None and messages[agent][0] is not None:
+            texts = messages[agent]
         ids = completion_ids[agent] if completion_ids is not None else [[] for _ in completions]
         trl_keywords = {k: v for k, v in keywords.items() if k not in ("prompts", "batch_items", "turn")}
         trl_keywords.update(prompts=prompts, completions=texts, completion_ids=ids)

@@ -94,13 +94,15 @@ def prepare_tokenizer(tokenizer, agent: int) -> str | None:
 
 @dataclass
 class ToolResults:
-    """Per completion: its ids with every tool round, TRL's tool mask, sampler log-probs, calls and failures."""
+    """Per completion: its ids with every tool round, TRL's tool mask, sampler log-probs, calls and failures, and the
+    messages it amounts to (TRL's completion: the parsed assistant turns and the tool results between them)."""
 
     completion_ids: list[list[int]]
     tool_masks: list[list[int]]
     sampling_logps: list[list[float]] | None
     calls: list[int]
     failures: list[int]
+    messages: list[list[dict]]
 
 
 def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list[dict], int]:
@@ -175,19 +177,20 @@ def tool_loop(
     masks = [[1] * len(ids) for ids in completion_ids]
     logps = None if sampling_logps is None else [list(lp) for lp in sampling_logps]
     calls, failures = [0] * len(completion_ids), [0] * len(completion_ids)
-    pending = [(c, parse(c, ids, list(prompt_ids[c])).get("tool_calls")) for c, ids in enumerate(completion_ids)]
-    pending = [(c, tool_calls) for c, tool_calls in pending if tool_calls]
+    messages = [[parse(c, ids, list(prompt_ids[c]))] for c, ids in enumerate(completion_ids)]
+    pending = [(c, turns[0]["tool_calls"]) for c, turns in enumerate(messages) if turns[0].get("tool_calls")]
     rounds = 0
     while any_left(bool(pending)) and (max_iterations is None or rounds < max_iterations):
         ready = []  # (completion, tool tokens, prompt + completion + tool tokens)
         for c, tool_calls in pending:
-            messages, failed = call_tools(tool_calls, tools[c])
+            results, failed = call_tools(tool_calls, tools[c])
             calls[c], failures[c] = calls[c] + len(tool_calls), failures[c] + failed
-            suffix = suffix_ids(messages)
+            suffix = suffix_ids(results)
             ids = list(prompt_ids[c]) + completion_ids[c] + suffix
             too_long = len(ids) - len(prompt_ids[c]) > max_completion_length
             if too_long or (max_model_length is not None and len(ids) >= max_model_length):
                 continue  # rolled back, as in TRL: the completion ends as it was
+            messages[c] += results
             ready.append((c, suffix, ids))
         more, more_logps = generate_more([ids for _, _, ids in ready])
         pending = []
@@ -198,11 +201,12 @@ def tool_loop(
             if logps is not None:
                 logps[c] += [0.0] * len(suffix) + list(more_logps[j][:room])  # placeholders on tool tokens, as TRL
             completion_ids[c] = ids[len(prompt_ids[c]) :] + new
-            tool_calls = parse(c, new, ids).get("tool_calls") if new else None
-            if tool_calls:
-                pending.append((c, tool_calls))
+            if new:  # nothing when the budget was spent on the tool results
+                messages[c].append(parse(c, new, ids))
+                if messages[c][-1].get("tool_calls"):
+                    pending.append((c, messages[c][-1]["tool_calls"]))
         rounds += 1
-    return ToolResults(completion_ids, masks, logps, calls, failures)
+    return ToolResults(completion_ids, masks, logps, calls, failures, messages)
 
 
 class ToolCalling:
@@ -297,6 +301,7 @@ class ToolCalling:
             tool_masks=results.tool_masks,
             tool_calls=results.calls,
             tool_failures=results.failures,
+            messages=results.messages,
         )
 
     def suffix_ids(self, agent: int, messages: list[dict]) -> list[int]:

@@ -39,6 +39,7 @@ class Node:
     tool_masks: list[list[list[int]]] = field(default_factory=list)
     tool_calls: list[list[int]] = field(default_factory=list)
     tool_failures: list[list[int]] = field(default_factory=list)
+    messages: list[list[list[dict] | None]] = field(default_factory=list)  # [agent][k] TRL's completion messages
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Generation:
     tool_masks: list[list[int]] | None = None
     tool_calls: list[int] | None = None
     tool_failures: list[int] | None = None
+    messages: list[list[dict]] | None = None  # with tools, as TRL's reward functions get them (`rollout.tools`)
 
 
 @dataclass
@@ -195,6 +197,7 @@ def _add_generation(tree: RolloutTree, live: list[int], agent: int, gen: Generat
             node.tool_masks.append(gen.tool_masks[span])
             node.tool_calls.append(gen.tool_calls[span])
             node.tool_failures.append(gen.tool_failures[span])
+            node.messages.append(gen.messages[span] if gen.messages is not None else [None] * num_generations)
 
 
 def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score, transition) -> list[int]:
