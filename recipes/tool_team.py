@@ -11,10 +11,11 @@ turn the scout acts first, then the keeper, on the same notebook (docs: Agents t
 whole code only if the scout wrote its word and the keeper read it. Rewards, summed:
 
 * `Notebook` (the environment's `get_reward`, weight 1): the scout's word is in the notebook;
-* `full_code` (weight 1): the keeper's last words, after its tool results, hold both words;
-* `tool_format` (weight 0.5, TRL's per-agent convention, averaged over the agents): the completion holds the start of
-  a tool call, `<tool_call>`. SmolLM2-135M-Instruct was not trained to call tools, and without this shaping a batch
-  rarely holds a single call to learn from.
+* `full_code` (weight 1): the keeper's last words, after its tool results, hold both words (the first word can only
+  come from the notebook, so there is no credit for repeating its own);
+* `tool_use` (weight 0.5, TRL's per-agent convention, averaged over the agents): 1 for a tool call that parsed and
+  ran, 0.25 for the text `<tool_call>` that did not parse. SmolLM2-135M-Instruct was not trained to call tools: without
+  this shaping a batch rarely holds a call to learn from.
 
 Usage:
 
@@ -64,7 +65,7 @@ RECIPE_DEFAULTS = {
     "lora_r": 16,
     "lora_alpha": 32,
     "lora_target_modules": "all-linear",
-    "reward_weights": [0.5, 1.0, 1.0],  # tool_format, full_code, Notebook (the environment's reward comes last)
+    "reward_weights": [0.5, 1.0, 1.0],  # tool_use, full_code, Notebook (the environment's reward comes last)
     "logging_steps": 1,
     "gradient_checkpointing": False,
     "save_strategy": "no",
@@ -131,18 +132,22 @@ def last_words(text: str) -> str:
 
 
 def full_code(scout, keeper, environments):
-    """1 when the keeper's answer holds both words of the code, 0.5 for one."""
+    """1 when the keeper's answer holds both words of the code (the first one it can only have read)."""
     return [
-        (float(env.first in last_words(k)) + float(env.second in last_words(k))) / 2
+        float(env.first in last_words(k) and env.second in last_words(k))
         for k, env in zip(keeper, environments, strict=True)
     ]
 
 
-def tool_format(completions, **kwargs):
-    """Shaping, per agent: half for opening a tool call, half for naming a tool inside it (whether or not it parses;
-    a call that parses and runs is what `Notebook` and `full_code` reward)."""
-    texts = [c[0]["content"] for c in completions]
-    return [0.5 * ("<tool_call>" in t) + 0.5 * ('<tool_call>\n{"name": "' in t) for t in texts]
+def tool_use(completions, **kwargs):
+    """Shaping, per agent: 1 for a tool call that parsed and ran, 0.25 for the text of one that did not parse. With
+    tools, TRL's completions are messages: the assistant turns (with their parsed `tool_calls`) and the results."""
+    return [
+        1.0
+        if any(m.get("tool_calls") for m in messages)
+        else 0.25 * any("<tool_call>" in str(m.get("content", "")) for m in messages)
+        for messages in completions
+    ]
 
 
 def build_dataset(num_codes: int, seed: int) -> Dataset:
@@ -174,7 +179,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     trainer = MAGRPOTrainer(
         **team_from_model_config(model_args, 2, training_args),
         tokenizer=tool_tokenizer(model_args, training_args),
-        reward_funcs=[tool_format, full_code],
+        reward_funcs=[tool_use, full_code],
         environment_factory=Notebook,
         formatters=[scout_prompt, keeper_prompt],
         train_dataset=build_dataset(script_args.num_codes, training_args.seed),

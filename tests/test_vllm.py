@@ -521,3 +521,80 @@ def test_code_collab_recipe_with_use_vllm(vllm_model_dir, tmp_path):
     assert_vllm_run(trainer, 2)
     assert "turn_2/reward_mean" in trainer.state.log_history[-2]
     trainer.generator.close()
+
+
+# ---------------------------------------------------------------------- agents that act
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    return a + b
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["engine-per-agent", "one-lora-engine"])
+def test_tool_rounds_continue_on_the_engine_as_transformers_would(tmp_path, lora):
+    """After a tool round, each completion continues on the vLLM engine from its prompt + call + tool result, and
+    that continuation is transformers' greedy one; tool tokens carry 0 in the tool mask and in vLLM's log-probs.
+
+    The tiny random model never writes a tool call, so the first sample of each prompt is replaced by one (the engine
+    still generates it); what follows the tool result is the engine's own."""
+    from trl_multiagent.rollout.tools import ToolCalling
+    from trl_multiagent.testing import make_tool_tokenizer
+
+    tok = make_tool_tokenizer()
+    call = tok('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
+               add_special_tokens=False)["input_ids"]  # fmt: skip
+    agents = [make_model(tok, seed=i, hidden=64, heads=2, max_positions=2048) for i in range(2)]
+    extra = {"peft_config": LoraConfig(r=8, target_modules=LORA_TARGETS)} if lora else {}
+    team = {"model": agents[0], "num_agents": 2, **extra} if lora else {"agents": agents}
+    prompts = [[{"role": "user", "content": "Add 2 and 3."}]]
+    with trainer_for(
+        tmp_path, {"num_turns": 1, "max_new_tokens": 96, "eval_do_sample": False, "num_generations_eval": 2},
+        tokenizer=tok, tools=[add], external_transition=None, reward_func=lambda a, b: [0.0] * len(a),
+        train_dataset=Dataset.from_dict({"prompt": prompts}), **team,
+    ) as trainer:  # fmt: skip
+        real_sample = type(trainer.generator)._sample
+        continued = []
+
+        def scripted(self, agent, prompt_ids, num_generations, greedy):
+            ids, logps = real_sample(self, agent, prompt_ids, num_generations, greedy)
+            if num_generations > 1:  # the first round: a tool call, with the engine's log-probs' length
+                return [list(call)] * len(ids), None if logps is None else [[-1.0] * len(call)] * len(ids)
+            continued.append((agent, prompt_ids, ids))
+            return ids, logps
+
+        type(trainer.generator)._sample = scripted
+        try:
+            batches = eval_rollout(trainer, prompts, 2)
+        finally:
+            type(trainer.generator)._sample = real_sample
+        assert isinstance(trainer.tool_calling, ToolCalling) and len(continued) == 2  # one round per agent
+        for agent, (batch, (_, sequences, engine_ids)) in enumerate(zip(batches, continued, strict=True)):
+            row = batch["completion_ids"][0][batch["completion_mask"][0].bool()].tolist()
+            mask = batch["tool_mask"][0][: len(row)].tolist()
+            suffix = [t for t, m in zip(row[len(call) :], mask[len(call) :], strict=True) if m == 0]
+            assert row[: len(call)] == call and mask[: len(call)] == [1] * len(call)
+            assert tok.decode(suffix).startswith("\n<|im_start|>user\n<tool_response>\n5\n</tool_response>")
+            assert row[len(call) + len(suffix) :] == engine_ids[0]  # the engine's continuation is the completion's end
+            expected = hf_greedy_ids(trainer, agent, sequences[0], len(engine_ids[0]))
+            assert engine_ids[0] == expected, f"agent {agent}: vLLM's continuation differs from transformers'"
+
+
+def hf_greedy_ids(trainer, agent, ids, max_new_tokens):
+    """transformers' greedy continuation of token ids on the trainer's current weights of `agent`."""
+    module, eos = trainer.team.agent(agent), trainer.agent_eos_token_ids[agent]
+    trainer.model.eval()
+    with trainer.team.acting(agent), torch.no_grad():
+        x = torch.tensor([ids])
+        row = module.generate(
+            x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+            pad_token_id=trainer.tokenizers[agent].pad_token_id,
+        )[0, x.size(1) :].tolist()  # fmt: skip
+    trainer.model.train()
+    end = next((t + 1 for t, token in enumerate(row) if token in eos), len(row))
+    return row[:end]
