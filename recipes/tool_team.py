@@ -14,8 +14,12 @@ whole code only if the scout wrote its word and the keeper read it. Rewards, sum
 * `full_code` (weight 1): the keeper's last words, after its tool results, hold both words (the first word can only
   come from the notebook, so there is no credit for repeating its own);
 * `tool_use` (weight 0.5, TRL's per-agent convention, averaged over the agents): 1 for a tool call that parsed and
-  ran, 0.25 for the text `<tool_call>` that did not parse. SmolLM2-135M-Instruct was not trained to call tools: without
-  this shaping a batch rarely holds a call to learn from.
+  ran.
+
+SmolLM2-135M-Instruct was not trained to call tools. Asked to, it opens a call and often writes it well, then writes
+on past its end, and the text after it breaks the parse. Generation therefore stops after a closing `</tool_call>`
+(`generation_kwargs={"stop_strings": ["</tool_call>"]}`), so the call it wrote is the call that runs; after the tool
+results, the agent answers. docs/agents.md, "The recipe's learning run", shows the runs without this.
 
 Usage:
 
@@ -60,7 +64,8 @@ RECIPE_DEFAULTS = {
     "max_steps": 40,
     "max_completion_length": 48,  # tool results included, as in TRL
     "max_tool_calling_iterations": 1,  # one round of tool calls, then the answer
-    "learning_rate": 3e-3,  # for the LoRA adapters, as the main job
+    "learning_rate": 1e-3,  # for the LoRA adapters; at the main job's 3e-3 the agents collapsed onto repeated text
+    "generation_kwargs": {"stop_strings": ["</tool_call>"]},  # a call ends the turn; its results come back
     "use_peft": True,  # one shared base, one adapter per agent
     "lora_r": 16,
     "lora_alpha": 32,
@@ -140,14 +145,9 @@ def full_code(scout, keeper, environments):
 
 
 def tool_use(completions, **kwargs):
-    """Shaping, per agent: 1 for a tool call that parsed and ran, 0.25 for the text of one that did not parse. With
-    tools, TRL's completions are messages: the assistant turns (with their parsed `tool_calls`) and the results."""
-    return [
-        1.0
-        if any(m.get("tool_calls") for m in messages)
-        else 0.25 * any("<tool_call>" in str(m.get("content", "")) for m in messages)
-        for messages in completions
-    ]
+    """Per agent: 1 for a tool call that parsed and ran. With tools, TRL's completions are messages: the assistant
+    turns (with their parsed `tool_calls`) and the tool results."""
+    return [float(any(m.get("tool_calls") for m in messages)) for messages in completions]
 
 
 def build_dataset(num_codes: int, seed: int) -> Dataset:

@@ -27,11 +27,12 @@ def test_full_code_needs_both_words_in_the_keepers_last_words():
     assert tool_team.full_code(["", "", ""], keeper, worlds) == [1.0, 0.0, 0.0]
 
 
-def test_tool_use_rewards_a_call_that_ran_over_one_that_did_not_parse():
+def test_tool_use_rewards_only_a_call_that_ran():
     ran = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]}, {"role": "tool", "content": ""}]
-    unparsed = [{"role": "assistant", "content": 'Sure. <tool_call> ["read"'}]
+    opened = [{"role": "assistant", "content": 'Sure. <tool_call> ["read"'}]
+    closed = [{"role": "assistant", "content": '<tool_call> {"name": "read"} </tool_call> <tool_call> ["read"'}]
     plain = [{"role": "assistant", "content": "river"}]
-    assert tool_team.tool_use([ran, unparsed, plain]) == [1.0, 0.25, 0.0]
+    assert tool_team.tool_use([ran, opened, closed, plain]) == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_the_notebook_rewards_the_scouts_word_and_gives_each_agent_its_tools():

@@ -261,3 +261,25 @@ def test_every_process_runs_the_same_rounds_of_generation():
         max_iterations=None, max_completion_length=8, any_left=lambda local: local or next(rounds_elsewhere),
     )  # fmt: skip
     assert calls == [0, 0] and results.completion_ids == [[2]]
+
+
+def test_stop_strings_end_a_completion_on_the_transformers_backend(tmp_path):
+    """`generation_kwargs={"stop_strings": [...]}` (a tool call's closing tag, say) stops generation after the string:
+    the tokenizer reaches `generate`, and the padding after a stopped row is dropped."""
+    tokenizer = make_tokenizer()
+    data = Dataset.from_dict({"prompt": ["Describe a city in the clouds:"]})
+
+    def greedy_completion(**config):
+        trainer = MAGRPOTrainer(
+            agents=[make_model(tokenizer, seed=s) for s in (5, 6)], tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+            train_dataset=data, args=MAGRPOConfig(output_dir=str(tmp_path), **{**COMMON, "max_completion_length": 12}, **config),
+        )  # fmt: skip
+        generation = trainer.generator.generate(0, list(data["prompt"]), 1, greedy=True)
+        return generation.prompt_ids[0], generation.completion_ids[0]
+
+    prompt, free = greedy_completion()
+    stop = tokenizer.decode(free[4:6])  # a string the model writes in the middle of its completion
+    # transformers stops at the first new token after which the text (prompt included) ends with the string
+    expected = next(free[:n] for n in range(1, len(free) + 1) if tokenizer.decode(prompt + free[:n]).endswith(stop))
+    assert len(expected) < len(free)
+    assert greedy_completion(generation_kwargs={"stop_strings": [stop]})[1] == expected

@@ -116,10 +116,20 @@ class TransformersGenerator(Generator):
         attention_mask = pad([torch.ones_like(t) for t in repeated], padding_value=0, padding_side="left").to(device)
         room = self.args.max_completion_length
         cache = prefilled_cache(model, input_ids, attention_mask, room) if shared else None
+        # `generation_kwargs={"stop_strings": [...]}` (a GenerationConfig field) needs the tokenizer at `generate`,
+        # which GRPOTrainer does not pass, so there it fails; here it stops a completion after the string.
+        stops = generation_config.stop_strings is not None
         output = model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, cache=cache, generation_config=generation_config
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            cache=cache,
+            generation_config=generation_config,
+            tokenizer=self.tokenizers[agent] if stops else None,
         )
-        return output[:, input_ids.size(1) :].cpu().tolist()
+        rows = output[:, input_ids.size(1) :].cpu().tolist()
+        if stops and pad_id not in self.eos_token_ids[agent]:  # a row stopped by a string is padded after it
+            rows = [row[: max((t + 1 for t, token in enumerate(row) if token != pad_id), default=0)] for row in rows]
+        return rows
 
     @contextlib.contextmanager
     def _gathered(self, agent: torch.nn.Module, wrapped: torch.nn.Module):
