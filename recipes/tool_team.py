@@ -62,7 +62,7 @@ RECIPE_DEFAULTS = {
     "num_generations": 4,
     "per_device_train_batch_size": 4,  # 1 code x K=4 joint answers per step
     "max_steps": 40,
-    "max_completion_length": 48,  # tool results included, as in TRL
+    "max_completion_length": 96,  # the call, its result (about 30 tokens) and the answer: TRL counts them all
     "max_tool_calling_iterations": 1,  # one round of tool calls, then the answer
     "learning_rate": 1e-3,  # for the LoRA adapters; at the main job's 3e-3 the agents collapsed onto repeated text
     "generation_kwargs": {"stop_strings": ["</tool_call>"]},  # a call ends the turn; its results come back
