@@ -9,6 +9,7 @@ these check that the scripts run and that their parts (reset, tools, get_reward,
 import random
 
 import pytest
+import torch
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -207,3 +208,23 @@ def test_the_tools_example(model_id, tmp_path):
     )  # fmt: skip
     trainer.train()
     assert "tools/call_frequency" in trainer.state.log_history[0]
+
+
+def test_a_seeded_run_with_an_environment_repeats_exactly(model_id, tmp_path):
+    """Same seed, same run: the order in which agents act on the worlds, and the worlds' own randomness (IncrementEnv
+    draws its target with `random`, which the Trainer seeds), are fixed."""
+
+    def run(name):
+        trainer = MAGRPOTrainer(
+            model=model_id, num_agents=2, environment_factory=IncrementEnv, tools=[multiply],
+            args=small(tmp_path / name, seed=3, chat_template_kwargs={"enable_thinking": False}),
+        )  # fmt: skip
+        trainer.train()
+        weights = {k: v.clone() for k, v in trainer.team.state_dict().items()}
+        return [{k: v for k, v in log.items() if "timing" not in k and "throughput" not in k and k != "step_time"}
+                for log in trainer.state.log_history if "reward" in log], weights  # fmt: skip
+
+    (first, first_weights), (second, second_weights) = run("a"), run("b")
+    assert first == second and len(first) == 2
+    for name, value in first_weights.items():
+        assert torch.equal(value, second_weights[name]), name
