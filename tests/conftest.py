@@ -60,3 +60,17 @@ def pytest_ignore_collect(collection_path, config):
     markexpr = config.getoption("markexpr") or ""
     selects_vllm = not markexpr or Expression.compile(markexpr).evaluate(lambda name: name == "vllm")
     return True if not selects_vllm else None
+
+
+def assert_same_sgd_step(before: dict, stock_model, ours_model) -> None:
+    """After one SGD step from the same weights (`before`), both models moved every weight by the same amount, and
+    more than ten tensors moved: equal deltas mean equal gradients."""
+    import torch
+
+    moved = 0
+    for name, start in before.items():
+        stock_step = stock_model.state_dict()[name] - start
+        ours_step = ours_model.state_dict()[name] - start
+        torch.testing.assert_close(ours_step, stock_step, rtol=1e-4, atol=1e-6, msg=name)
+        moved += int(stock_step.abs().sum() > 0)
+    assert moved > 10  # the step really changed the weights
