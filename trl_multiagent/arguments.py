@@ -347,12 +347,12 @@ def prepare(
     tokenizers = load_tokenizers(plan)
     comlrl.add_special_tokens(tokenizers, resolved["special_tokens"])
     tool_calling = None
-    if tools is None and worlds is None and args.max_tool_calling_iterations is not None:
+    if not tools and worlds is None and args.max_tool_calling_iterations is not None:
         logger.warning_once(
             f"MAGRPOTrainer: max_tool_calling_iterations={args.max_tool_calling_iterations} has no effect: no agent "
             "has tools. Pass `tools=` or `environment_factory=` (docs: Agents that act)."
         )
-    if tools is not None or worlds is not None:
+    if tools or worlds is not None:  # as TRL, `tools=[]` is no tools
         tool_calling = ToolCalling(
             tools,
             worlds,
