@@ -28,11 +28,11 @@ import time
 
 import torch
 
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 
 
 def build_model_dir(hidden: int, layers: int) -> str:
-    from trl_multiagent.testing import make_model, make_tokenizer
+    from trl_multiagent.demo.testing import make_model, make_tokenizer
 
     path = tempfile.mkdtemp(prefix="bench_limit_")
     tokenizer = make_tokenizer()

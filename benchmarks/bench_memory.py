@@ -37,7 +37,7 @@ def run_one(layout: str, num_agents: int, hidden: int, layers: int, vocab: int, 
     from peft import LoraConfig
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-    from trl_multiagent.testing import make_model, make_tokenizer
+    from trl_multiagent.demo.testing import make_model, make_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = make_tokenizer()
@@ -86,7 +86,7 @@ def run_tree(k: int, turns: int, chunked: bool, hidden: int, layers: int, vocab:
     from datasets import Dataset
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-    from trl_multiagent.testing import make_model, make_tokenizer
+    from trl_multiagent.demo.testing import make_model, make_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = make_tokenizer()

@@ -48,7 +48,7 @@ def checkout_first(env: dict) -> dict:
 
 
 def build_tiny_model(folder: str, hidden: int, layers: int) -> str:
-    """Write the random tiny Llama of `trl_multiagent.testing` to `folder`, from a subprocess.
+    """Write the random tiny Llama of `trl_multiagent.demo.testing` to `folder`, from a subprocess.
 
     This process stays small: a worker started from it inherits its peak resident memory (`ru_maxrss` survives
     `exec`), so a driver that had imported torch and trl_multiagent would raise the workers' memory baseline and hide
@@ -56,7 +56,7 @@ def build_tiny_model(folder: str, hidden: int, layers: int) -> str:
     """
     code = (
         "import sys\n"
-        "from trl_multiagent.testing import make_model, make_tokenizer\n"
+        "from trl_multiagent.demo.testing import make_model, make_tokenizer\n"
         "folder, hidden, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
         "tokenizer = make_tokenizer()\n"
         "make_model(tokenizer, seed=0, hidden=hidden, layers=layers).save_pretrained(folder)\n"
@@ -75,12 +75,12 @@ def resolve_model(cli, workdir: str) -> tuple[str, str]:
         return (
             folder,
             f"random Llama, hidden {preset['hidden']}, {preset['layers']} layers, 400-token vocab "
-            "(trl_multiagent.testing)",
+            "(trl_multiagent.demo.testing)",
         )
     if cli.model == "smollm2":
-        from trl_multiagent.models import prepare_default_model
+        from trl_multiagent.demo.models import prepare_default_model
 
-        return prepare_default_model(), "SmolLM2-135M-Instruct (trl_multiagent.models)"
+        return prepare_default_model(), "SmolLM2-135M-Instruct (trl_multiagent.demo.models)"
     if not os.path.isdir(cli.model):
         raise SystemExit(f"bench_vs_comlrl: --model must be tiny, smollm2 or a local folder; {cli.model!r} is none.")
     return cli.model, cli.model

@@ -13,7 +13,7 @@ count on both sides: generated tokens over update seconds), peak GPU memory (pea
     python benchmarks/gpu_check.py --out gpu_check.md           # on the GPU (benchmarks/gpu_check.sh installs first)
     python benchmarks/gpu_check.py --dry --out /tmp/table.md    # on a CPU, tiny sizes: the code path the tests run
 
-The tokenizer is `trl_multiagent.testing`'s 400-token one: the model's other ids decode to nothing, which changes the
+The tokenizer is `trl_multiagent.demo.testing`'s 400-token one: the model's other ids decode to nothing, which changes the
 texts the reward sees, not the work done (the vocabulary's full width is computed at every step).
 """
 
@@ -42,7 +42,7 @@ def build_model(folder: str, shape: dict) -> str:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from trl_multiagent.testing import make_tokenizer
+    from trl_multiagent.demo.testing import make_tokenizer
 
     tokenizer = make_tokenizer()
     torch.manual_seed(0)
@@ -60,7 +60,7 @@ def lora_team(spec: dict) -> dict:
     from peft import LoraConfig
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-    from trl_multiagent.examples import PROMPTS, length_feedback
+    from trl_multiagent.demo.examples import PROMPTS, length_feedback
 
     joint_answers = []
 

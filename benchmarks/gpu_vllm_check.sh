@@ -21,8 +21,8 @@ python - <<'PY'
 from datasets import Dataset
 from peft import LoraConfig
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
-from trl_multiagent.testing import make_model, make_tokenizer
+from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 
 tok = make_tokenizer()
 args = MAGRPOConfig(output_dir="/tmp/gpu_check_sleep", use_vllm=True, vllm_enable_sleep_mode=True, num_turns=2,
@@ -41,7 +41,7 @@ PY
 echo "== 3. server mode: one trl vllm-serve per agent"
 python - "$WORK" <<'PY'
 import sys
-from trl_multiagent.testing import make_model, make_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 tok = make_tokenizer()
 for i in range(2):
     make_model(tok, seed=i, hidden=64, heads=2).save_pretrained(f"{sys.argv[1]}/agent_{i}")
@@ -58,7 +58,7 @@ import sys
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 
 work = sys.argv[1]
 agents = [AutoModelForCausalLM.from_pretrained(f"{work}/agent_{i}").cuda() for i in range(2)]

@@ -1,6 +1,6 @@
 """Learning curves on the seed task: ours and CoMLRL 1.4.3, the same wall-clock budget, measured the same way.
 
-Both trainers train the two agents of the seed example (`trl_multiagent.examples`: the length-ratio reward, the
+Both trainers train the two agents of the seed example (`trl_multiagent.demo.examples`: the length-ratio reward, the
 feedback transition, its four prompts) on the same model folder, each in its own fresh subprocess, one run after the
 other (so that they never share the CPU), for `--budget_s` seconds of `trainer.train()` each, over `--seeds`.
 
@@ -52,14 +52,14 @@ from bench_vs_comlrl import (
     source_revision,
 )
 
-from trl_multiagent.examples import (
+from trl_multiagent.demo.examples import (
     PROMPTS,
     as_user_message,
     chat_length_feedback,
     length_feedback,
     length_ratio_reward,
 )
-from trl_multiagent.summary import mean, mean_and_se, smooth
+from trl_multiagent.demo.summary import mean, mean_and_se, smooth
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -409,9 +409,9 @@ def main() -> None:
         model_path, model_desc = build_tiny_model(workdir, hidden=32, layers=2), "random hidden-32 Llama (smoke)"
         cli.max_new_tokens, cli.budget_s, cli.bins = 4, min(cli.budget_s, 3.0), 4
     elif cli.model == "smollm2":
-        from trl_multiagent.models import prepare_default_model
+        from trl_multiagent.demo.models import prepare_default_model
 
-        model_path, model_desc = prepare_default_model(), "SmolLM2-135M-Instruct (trl_multiagent.models)"
+        model_path, model_desc = prepare_default_model(), "SmolLM2-135M-Instruct (trl_multiagent.demo.models)"
     else:
         model_path, model_desc = cli.model, cli.model
     threads = cli.threads or (1 if cli.smoke else os.cpu_count() or 1)

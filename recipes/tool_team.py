@@ -45,10 +45,10 @@ from trl import ModelConfig, TrlParser
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.model_config import team_from_model_config
-from trl_multiagent.models import prepare_default_model
-from trl_multiagent.samples import SampleAnswers
-from trl_multiagent.summary import summary_lines
+from trl_multiagent.demo.models import prepare_default_model
+from trl_multiagent.demo.samples import SampleAnswers
+from trl_multiagent.demo.summary import summary_lines
+from trl_multiagent.team.model_config import team_from_model_config
 
 
 WORDS = [
@@ -195,7 +195,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         print("\n".join(summary_lines(trainer.state.log_history)))
         print("\n".join(samples.lines()))
         try:
-            from trl_multiagent.plot import plot_run
+            from trl_multiagent.demo.plot import plot_run
 
             png = plot_run(trainer.state.log_history, os.path.join(training_args.output_dir, "rewards.png"))
             print(f"Reward and tool-call curves: {png}")

@@ -10,9 +10,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # The seed's prompts, joint reward and transition (the tests import them from here), and the tiny offline models.
-from trl_multiagent.examples import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
-from trl_multiagent.examples import length_feedback, length_ratio_reward  # noqa: E402, F401
-from trl_multiagent.testing import make_model, make_tokenizer  # noqa: E402
+from trl_multiagent.demo.examples import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
+from trl_multiagent.demo.examples import length_feedback, length_ratio_reward  # noqa: E402, F401
+from trl_multiagent.demo.testing import make_model, make_tokenizer  # noqa: E402
 
 
 # The sandbox tests (recipes/sandbox.py) need bubblewrap, which pip cannot install. Without it they fail with the install

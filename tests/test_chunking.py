@@ -7,9 +7,9 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.batching import agent_rows, pad_rows
-from trl_multiagent.chunking import LOSS_TYPES, update_chunks
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo.testing import make_model
+from trl_multiagent.update.batching import agent_rows, pad_rows
+from trl_multiagent.update.chunking import LOSS_TYPES, update_chunks
 
 
 SGD = dict(learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0)

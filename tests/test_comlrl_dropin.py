@@ -227,10 +227,10 @@ def test_a_dataclass_subclass_keeps_the_comlrl_names(tmp_path):
      ("agent_devices", ["cpu", "cpu"]), ("reference_devices", "auto")],
 )  # fmt: skip
 def test_device_settings_that_name_this_process_device_are_accepted_and_said(tmp_path, field, value, caplog):
-    import trl_multiagent.comlrl as comlrl_module
+    import trl_multiagent.compat.comlrl as comlrl_module
 
     comlrl_module.logger.info_once.cache_clear()
-    with caplog.at_level("INFO", logger="trl_multiagent.comlrl"):
+    with caplog.at_level("INFO", logger="trl_multiagent.compat.comlrl"):
         config = comlrl_config(tmp_path, **{field: value})
     assert config.parallel_training == "none"
     if field != "parallel_training":
@@ -280,7 +280,7 @@ def test_eval_logger_and_aggregator_are_called_as_comlrl_calls_them(tmp_path, to
 
 
 def test_model_config_special_tokens_are_added_and_every_agent_resized(tmp_path, tiny_model_dir):
-    from trl_multiagent.testing import make_tokenizer
+    from trl_multiagent.demo.testing import make_tokenizer
 
     tokenizer = make_tokenizer()
     trainer = MAGRPOTrainer(

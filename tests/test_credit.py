@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from trl_multiagent.credit import completion_returns, group_advantages, joint_choices, joint_returns
 from trl_multiagent.rollout import Generation, run_rollout
+from trl_multiagent.rollout.credit import completion_returns, group_advantages, joint_choices, joint_returns
 
 
 def test_joint_choices_aligned_and_cross():

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from trl_multiagent.testing import make_model, make_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed", "run_length_ratio.py")

@@ -13,7 +13,9 @@ MODULES = [m.name for m in pkgutil.walk_packages(trl_multiagent.__path__, "trl_m
 
 
 def test_every_module_is_collected():
-    assert {"trl_multiagent.importance", "trl_multiagent.credit", "trl_multiagent.config"} <= set(MODULES)
+    assert {"trl_multiagent.update.importance", "trl_multiagent.rollout.credit", "trl_multiagent.config"} <= set(
+        MODULES
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -6,7 +6,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo.testing import make_model
 
 
 def chars_reward(completions, **kwargs):

@@ -9,8 +9,8 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 from trl_multiagent.devices import has_accelerator
-from trl_multiagent.testing import make_model, make_tool_tokenizer
 
 
 @pytest.fixture
@@ -367,13 +367,13 @@ def test_shared_base_lora_with_modules_to_save_is_refused_before_loading(args):
 def test_share_prompts_fallback_is_said_once_naming_the_agent(tokenizer, args, data, caplog):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    import trl_multiagent.prefix as prefix_module
+    import trl_multiagent.update.prefix as prefix_module
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2))  # absolute positions
     prefix_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
     with caplog.at_level("WARNING"):
         trainer = build(tokenizer, args, data, agents=[make_model(tokenizer), gpt2])
-    from trl_multiagent.prefix import supports_prompt_sharing
+    from trl_multiagent.update.prefix import supports_prompt_sharing
 
     assert not trainer.share_prompts
     plain = [i for i in range(2) if not supports_prompt_sharing(trainer.team.agent(i))]

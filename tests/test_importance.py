@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_multiagent.importance import importance_sampling_ratio, sampling_stats, sampling_values
+from trl_multiagent.update.importance import importance_sampling_ratio, sampling_stats, sampling_values
 
 
 OLD = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, -3.0]])

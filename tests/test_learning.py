@@ -4,7 +4,7 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo.testing import make_model
 
 
 def test_length_ratio_reward_rises(tmp_path, tokenizer):

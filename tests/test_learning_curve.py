@@ -9,7 +9,7 @@ import sys
 import learning_curve as lc
 import pytest
 
-from trl_multiagent.testing import make_tokenizer
+from trl_multiagent.demo.testing import make_tokenizer
 
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")

@@ -1,4 +1,4 @@
-"""The embedded default model (`trl_multiagent.models`): failures name their step; the real preparation is `slow`."""
+"""The embedded default model (`trl_multiagent.demo.models`): failures name their step; the real preparation is `slow`."""
 
 import json
 import shutil
@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from trl_multiagent import models
+from trl_multiagent.demo import models
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def _save_lora_team(base: str, output_dir):
 def test_an_adapter_on_the_embedded_model_records_its_hub_id(tmp_path, tiny_model_dir):
     prepared = tmp_path / models.MODEL_NAME
     shutil.copytree(tiny_model_dir, prepared)
-    (prepared / models.MARKER).write_text("{}")  # what `prepare_default_model` writes last
+    (prepared / models.MARKER).write_text(json.dumps({"hub_id": models.HUB_ID}))  # `prepare_default_model` writes it
     adapters = _save_lora_team(str(prepared), tmp_path / "embedded")
     assert [a["base_model_name_or_path"] for a in adapters] == [models.HUB_ID] * 2
     # any other local folder stays as it was given

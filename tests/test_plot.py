@@ -1,4 +1,4 @@
-"""`trl_multiagent.plot`: reward and length curves from a log history or a run folder."""
+"""`trl_multiagent.demo.plot`: reward and length curves from a log history or a run folder."""
 
 import json
 import os
@@ -10,9 +10,9 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent import plot as plot_module
-from trl_multiagent.plot import find_trainer_state, plot_run
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo import plot as plot_module
+from trl_multiagent.demo.plot import find_trainer_state, plot_run
+from trl_multiagent.demo.testing import make_model
 
 
 pytest.importorskip("matplotlib")

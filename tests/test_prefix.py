@@ -11,15 +11,15 @@ from transformers import LlamaForCausalLM
 from trl.trainer.utils import add_fused_lm_head, pad
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.batching import length_chunks, prompt_groups
-from trl_multiagent.prefix import (
+from trl_multiagent.demo.testing import make_model
+from trl_multiagent.update.batching import length_chunks, prompt_groups
+from trl_multiagent.update.prefix import (
     prefill_applies,
     prefilled_cache,
     shared_prompt_logps,
     supports_prompt_sharing,
     uses_reentrant_checkpointing,
 )
-from trl_multiagent.testing import make_model
 
 
 PAD = 0

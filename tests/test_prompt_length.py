@@ -5,8 +5,8 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.generation import Generator
-from trl_multiagent.testing import make_model, make_tokenizer
 
 
 TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"

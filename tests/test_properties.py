@@ -7,8 +7,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trl_multiagent.credit import group_advantages
 from trl_multiagent.rollout import Generation, run_rollout
+from trl_multiagent.rollout.credit import group_advantages
 
 
 def fake_generate(agent, prompts, k):

@@ -17,9 +17,9 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.chunking import LOSS_TYPES
-from trl_multiagent.importance import MODES, add_importance_sampling_ratio, sampling_stats
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo.testing import make_model
+from trl_multiagent.update.chunking import LOSS_TYPES
+from trl_multiagent.update.importance import MODES, add_importance_sampling_ratio, sampling_stats
 
 
 K, PROMPTS_PER_STEP = 2, 2

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from trl_multiagent.summary import quarter_change
+from trl_multiagent.demo.summary import quarter_change
 
 
 RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "length_ratio.py")

@@ -9,8 +9,8 @@ from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaF
 from trl.rewards import think_format_reward
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.rewards import aggregate_agents, is_per_agent
-from trl_multiagent.testing import make_model, make_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
+from trl_multiagent.rollout.rewards import aggregate_agents, is_per_agent
 
 
 CHAT_TEMPLATE = (

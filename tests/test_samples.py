@@ -5,8 +5,8 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.samples import SampleAnswers, format_samples
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo.samples import SampleAnswers, format_samples
+from trl_multiagent.demo.testing import make_model
 
 
 def test_samples_are_the_scored_joint_answers_of_the_first_and_last_step(tmp_path, tokenizer):

@@ -1,10 +1,10 @@
-"""trl_multiagent.summary: the first-vs-last-quarter statistic the recipe prints, on hand-computed series."""
+"""trl_multiagent.demo.summary: the first-vs-last-quarter statistic the recipe prints, on hand-computed series."""
 
 import math
 
 import pytest
 
-from trl_multiagent.summary import MIN_STEPS, quarter_change, smooth, summary_lines
+from trl_multiagent.demo.summary import MIN_STEPS, quarter_change, smooth, summary_lines
 
 
 def test_quarter_change_by_hand():

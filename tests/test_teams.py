@@ -10,8 +10,8 @@ from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.batching import split_micro_batches
-from trl_multiagent.testing import make_model, make_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
+from trl_multiagent.update.batching import split_micro_batches
 
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], lora_dropout=0.0)

@@ -6,7 +6,7 @@ import json
 import tool_team
 from trl.chat_template_utils import supports_tool_calling
 
-from trl_multiagent.testing import make_model, make_tokenizer, make_tool_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer, make_tool_tokenizer
 
 
 def notebook(first="maple", second="river", notes=()):

@@ -14,9 +14,9 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model, make_tokenizer, make_tool_tokenizer
 from trl_multiagent.generation import TransformersGenerator
 from trl_multiagent.rollout.tools import tool_loop
-from trl_multiagent.testing import make_model, make_tokenizer, make_tool_tokenizer
 
 
 PROMPTS = [[{"role": "user", "content": f"Add {a} and 2."}] for a in (3, 5)]

@@ -13,7 +13,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.testing import make_model
+from trl_multiagent.demo.testing import make_model
 
 
 def config(tmp_path, **overrides):
@@ -187,7 +187,7 @@ def test_length_chunked_logps_equal_padded_logps(tmp_path, tokenizer):
     """Sorting rows by length and trimming shared padding changes no log-prob or entropy (beyond float rounding)."""
     from trl import GRPOTrainer
 
-    from trl_multiagent.batching import agent_rows, length_chunks
+    from trl_multiagent.update.batching import agent_rows, length_chunks
 
     trainer = MAGRPOTrainer(agents=team(tokenizer, n=1), tokenizer=tokenizer, reward_func=lambda c: [0.0] * len(c),
                             train_dataset=dataset(), args=config(tmp_path))  # fmt: skip

@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.testing import make_model, make_tool_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 
 
 @pytest.fixture(scope="module")

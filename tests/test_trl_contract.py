@@ -63,7 +63,7 @@ def test_loss_reads_the_inputs_we_build():
 def test_loss_normalisations_are_the_ones_the_chunk_weights_assume():
     """`chunking.chunk_weight` mirrors how TRL's `_compute_loss` normalises each loss type; a TRL release that
     changes one (or adds a loss type) must fail here, not silently reweight the chunks."""
-    from trl_multiagent.chunking import LOSS_TYPES
+    from trl_multiagent.update.chunking import LOSS_TYPES
 
     source = inspect.getsource(GRPOTrainer._compute_loss)
     assert 'if self.loss_type in ["grpo", "sapo"]:' in source
@@ -85,7 +85,7 @@ def test_tool_suffix_ids_reads_only_what_the_team_gives_it():
 
     from trl.chat_template_utils import add_response_schema
 
-    from trl_multiagent.testing import make_tool_tokenizer
+    from trl_multiagent.demo.testing import make_tool_tokenizer
 
     assert params(GRPOTrainer._get_tool_suffix_ids) == ["self", "tool_messages"]
     source = inspect.getsource(GRPOTrainer._get_tool_suffix_ids)

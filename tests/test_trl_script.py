@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import trl
 
-from trl_multiagent.testing import make_model, make_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 
 
 CHAT_TEMPLATE = (

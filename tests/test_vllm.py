@@ -22,9 +22,9 @@ from peft import LoraConfig
 from trl.models.utils import disable_gradient_checkpointing
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.generation.vllm_colocate import engine_model
 from trl_multiagent.generation.vllm_server import VLLMServerGenerator
-from trl_multiagent.testing import make_model, make_tokenizer
 
 
 pytestmark = pytest.mark.vllm
@@ -543,8 +543,8 @@ def test_tool_rounds_continue_on_the_engine_as_transformers_would(tmp_path, lora
 
     The tiny random model never writes a tool call, so the first sample of each prompt is replaced by one (the engine
     still generates it); what follows the tool result is the engine's own."""
+    from trl_multiagent.demo.testing import make_tool_tokenizer
     from trl_multiagent.rollout.tools import ToolCalling
-    from trl_multiagent.testing import make_tool_tokenizer
 
     tok = make_tool_tokenizer()
     call = tok('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from trl_multiagent.rewards import JointReward
 from trl_multiagent.rollout import Generation, run_rollout
+from trl_multiagent.rollout.rewards import JointReward
 from trl_multiagent.rollout.worlds import Worlds
 
 

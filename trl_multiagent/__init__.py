@@ -1,7 +1,7 @@
 """MAGRPO for Hugging Face TRL: several cooperating LLM agents trained on a joint reward."""
 
 from .config import MAGRPOConfig
-from .team import AgentTeam
+from .team.agent_team import AgentTeam
 from .trainer import MAGRPOTrainer
 
 

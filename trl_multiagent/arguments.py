@@ -15,15 +15,15 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
-from . import comlrl
-from .assembly import TeamPlan, load_tokenizers, plan_team
-from .callables import Transition, _short, callable_name, check_prompt
+from .compat import comlrl
 from .devices import has_accelerator
-from .environment import EMPTY_CHAT, TeamEnvironment
 from .generation.vllm_settings import check_vllm_team
-from .rewards import JointReward, check_agent_reward_aggregation
+from .rollout.callables import Transition, _short, callable_name, check_prompt
+from .rollout.environment import EMPTY_CHAT, TeamEnvironment
+from .rollout.rewards import JointReward, check_agent_reward_aggregation
 from .rollout.tools import ToolCalling
 from .rollout.worlds import Worlds
+from .team.assembly import TeamPlan, load_tokenizers, plan_team
 
 
 logger = logging.get_logger(__name__)

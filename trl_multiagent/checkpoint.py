@@ -22,12 +22,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
 from .distributed import end_at_exit
-from .models import hub_id
 
 
 logger = logging.get_logger(__name__)
 
 COMPLETE_MARKER = "checkpoint_complete"
+# A model folder prepared by `trl_multiagent.demo.models` (the embedded model) names its Hub id in this file.
+PREPARED_MODEL_MARKER = ".trl_multiagent_complete.json"
 
 
 def agent_dir(output_dir: str, index: int) -> str:
@@ -227,11 +228,24 @@ def record_hub_base(folder: str) -> None:
         return
     with open(path) as file:
         config = json.load(file)
-    hub = hub_id(config.get("base_model_name_or_path"))
+    hub = prepared_hub_id(config.get("base_model_name_or_path"))
     if hub is not None:
         config["base_model_name_or_path"] = hub
         with open(path, "w") as file:
             json.dump(config, file, indent=2, sort_keys=True)
+
+
+def prepared_hub_id(path: str | None) -> str | None:
+    """The Hub id a prepared model folder records in its `PREPARED_MODEL_MARKER` (None for any other folder).
+
+    >>> prepared_hub_id("/nowhere/SmolLM2-135M-Instruct") is None
+    True
+    """
+    marker = os.path.join(path, PREPARED_MODEL_MARKER) if path else None
+    if marker is None or not os.path.isfile(marker):
+        return None
+    with open(marker) as file:
+        return json.load(file).get("hub_id")
 
 
 def save_merged_team(team, tokenizers: list, output_dir: str) -> None:

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from transformers.utils import logging
 from trl import GRPOConfig
 
-from . import comlrl
-from .chunking import check_loss_type
-from .credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS
+from .compat import comlrl
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
-from .rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
+from .rollout.credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS
+from .rollout.rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
+from .update.chunking import check_loss_type
 
 
 logger = logging.get_logger(__name__)

@@ -16,19 +16,20 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
 from . import arguments, checkpoint
-from .assembly import build_reference, build_team
-from .batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
-from .chunking import update_chunks
 from .config import MAGRPOConfig
-from .credit import group_advantages
 from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
 from .generation import build_generator
-from .importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
+from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
-from .prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
-from .rollout import Generation, RolloutTree, run_rollout
-from .team import AgentTeam
+from .rollout import RolloutTree, run_rollout
+from .rollout.credit import group_advantages
+from .team.agent_team import AgentTeam
+from .team.assembly import build_reference, build_team
 from .timing import RolloutTimes, UpdateTimes
+from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
+from .update.chunking import update_chunks
+from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
+from .update.prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
 
 
 class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):

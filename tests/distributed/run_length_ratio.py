@@ -17,9 +17,9 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
-from trl_multiagent.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rollout import Generation
-from trl_multiagent.testing import make_model, make_tokenizer
 
 
 class StopAt(TrainerCallback):

@@ -14,8 +14,8 @@ import os
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 from trl_multiagent.generation import TransformersGenerator
-from trl_multiagent.testing import make_model, make_tool_tokenizer
 
 
 class Notebook:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from trl.data_utils import is_conversational
 
-from ..rollout import Generation
+from .output import Generation
 
 
 @dataclass

@@ -10,7 +10,7 @@ from transformers import GenerationConfig
 from trl.models.utils import _unwrap_model_for_generation, add_hooks, remove_hooks
 from trl.trainer.utils import pad
 
-from ..prefix import prefill_applies, prefilled_cache
+from ..update.prefix import prefill_applies, prefilled_cache
 from .base import Generator, gathered_parameters
 
 

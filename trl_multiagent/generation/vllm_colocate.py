@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers.utils import logging
 
-from ..credit import joint_choices
 from ..devices import has_accelerator
+from ..rollout.credit import joint_choices
 from . import vllm_cpu
 from .base import gathered_parameters
 from .vllm_base import VLLMGenerator

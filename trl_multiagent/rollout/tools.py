@@ -33,8 +33,8 @@ from trl.chat_template_utils import (
     supports_tool_calling,
 )
 
-from ..callables import _run
-from .tree import Generation
+from ..generation.output import Generation
+from .callables import _run
 
 
 def tools_per_agent(tools, num_agents: int) -> list[list[Callable]]:

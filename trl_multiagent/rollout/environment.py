@@ -19,10 +19,10 @@ from transformers import TrainerState
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
-from . import comlrl
+from ..compat import comlrl
 from .callables import Transition, check_prompt
 from .rewards import JointReward
-from .rollout import RolloutTree
+from .tree import RolloutTree
 
 
 logger = logging.get_logger(__name__)

@@ -1,7 +1,7 @@
 """Tiny offline models: a byte-level BPE tokenizer trained in memory and random small causal LMs, for tests, smoke
 runs and benchmarks. Nothing is downloaded: the tokenizer is trained on the few sentences of `CORPUS`.
 
->>> from trl_multiagent.testing import make_model, make_tokenizer
+>>> from trl_multiagent.demo.testing import make_model, make_tokenizer
 >>> tokenizer = make_tokenizer()
 >>> len(tokenizer), tokenizer.pad_token, tokenizer.eos_token
 (400, '<pad>', '</s>')

@@ -24,8 +24,8 @@ from types import SimpleNamespace
 from transformers import TrainerCallback, TrainingArguments
 from transformers.utils import logging
 
-from .credit import ADVANTAGE_BASELINES
-from .devices import has_accelerator
+from ..devices import has_accelerator
+from ..rollout.credit import ADVANTAGE_BASELINES
 
 
 logger = logging.get_logger(__name__)

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging
 
-from .team import AgentTeam
+from .agent_team import AgentTeam
 
 
 logger = logging.get_logger(__name__)

@@ -8,7 +8,7 @@ baseline, and neither side counts it.
 
 Agent 2's answer should be 2 to 3 times as long as agent 1's:
 
->>> from trl_multiagent.examples import length_feedback, length_ratio_reward
+>>> from trl_multiagent.demo.examples import length_feedback, length_ratio_reward
 >>> length_ratio_reward(["four", "four"], ["ten chars.", "four"])
 [1.0, 0.36787944117144233]
 >>> feedback = length_feedback("Describe a city in the clouds:", ["four", "four"], num_agents=2)
