@@ -159,9 +159,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
         self.beta, self.use_vllm = beta, use_vllm
         joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-        self.environment.trainer_state = lambda: self.state
-        mode = lambda: "train" if self.model.training else "eval"  # noqa: E731
-        self.environment.log_metric = lambda name, value: self._metrics[mode()][name].append(value)
+        self.environment.bind(self)
         for callback in inputs.callbacks:
             self.add_callback(callback)
         # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
@@ -292,6 +290,10 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         """Append each value to TRL's `_metrics[mode]` (a private layout, under contract), which `log` averages."""
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
+
+    def log_metric(self, name: str, value: float) -> None:
+        """A value for the current mode's metrics (TRL's `log_metric` reward keyword), averaged when logged."""
+        self._log_metrics("train" if self.model.training else "eval", {name: value})
 
     def _log_sampling_stats(self, mode: str, stats: dict[int, dict]) -> None:
         self._log_metrics(mode, reduce_sampling_stats(gather_object([stats])))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerState
@@ -46,9 +45,8 @@ class TeamEnvironment:
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
         worlds: the team's environments (`rollout.worlds.Worlds`), or None.
 
-    `trainer_state` returns what the reward gets as `trainer_state`, and `log_metric(name, value)` is TRL's reward
-    keyword of that name: a fresh `TrainerState` and a no-op until the trainer sets its own (the build-time check
-    runs before the trainer exists).
+    The rewards get the trainer's state as `trainer_state` and TRL's `log_metric(name, value)`: a fresh `TrainerState`
+    and a no-op until the trainer calls `bind` (the build-time check runs before the trainer exists).
     """
 
     def __init__(
@@ -63,10 +61,21 @@ class TeamEnvironment:
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
         self.worlds = worlds  # `rollout.worlds.Worlds`, or None
         self.formats_later_turns, self.tokenizers = formats_later_turns, tokenizers
-        self.trainer_state: Callable[[], TrainerState] = TrainerState
-        self.log_metric: Callable[[str, float], None] = lambda name, value: None
+        self._trainer = None  # set by `bind`
         self.num_agents = len(tokenizers)
         self.start(num_turns=1)
+
+    def bind(self, trainer) -> None:
+        """Give the rewards this trainer's state (`trainer_state=`) and its metrics (`log_metric=`, as TRL's)."""
+        self._trainer = trainer
+
+    def trainer_state(self) -> TrainerState:
+        return self._trainer.state if self._trainer is not None else TrainerState()
+
+    def log_metric(self, name: str, value: float) -> None:
+        """TRL's `log_metric` reward keyword: `value` joins the trainer's metrics of the current mode."""
+        if self._trainer is not None:
+            self._trainer.log_metric(name, value)
 
     def start(self, num_turns: int) -> None:
         """Before a generation: clear the timing and the scored values."""
