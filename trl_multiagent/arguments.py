@@ -1,12 +1,14 @@
 """`MAGRPOTrainer`'s arguments, checked and resolved before any model is loaded (`prepare`).
 
 Config fields are checked in `MAGRPOConfig.check` (run again here); the agents and tokenizers in
-`assembly.plan_team`; CoMLRL's own arguments are translated in `comlrl.trainer_arguments`. This module holds the
-rest: GRPOTrainer's own arguments, the user's functions and datasets, and the reward models of `reward_funcs`.
+`team.assembly.plan_team`; CoMLRL's own arguments are translated in `compat.comlrl.trainer_arguments`, the trainer's
+one seam to CoMLRL (`prepare` calls it, and uses only what it returns). This module holds the rest: GRPOTrainer's own
+arguments, the user's functions and datasets, and the reward models of `reward_funcs`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from dataclasses import dataclass
 
@@ -49,6 +51,26 @@ def check_grpo_arguments(**arguments) -> None:
             )
 
 
+@contextlib.contextmanager
+def grpo_trainer_settings(args):
+    """The config as `GRPOTrainer.__init__` must see it, restored afterwards (the trainer reads the real values):
+
+    - `beta=0.0`: GRPOTrainer would build one reference model from a hub id; each agent's reference is built by
+      `MAGRPOTrainer` instead (a frozen copy, or the adapter's base);
+    - `use_vllm=False`: GRPOTrainer would start one vLLM engine for one policy; the team's engines are the generation
+      backend's (`generation.build_generator`). Also, GRPOTrainer fills `self.generation_kwargs` (the transformers
+      backend's sampling settings) only when `use_vllm` is false;
+    - `model_init_kwargs=None`: the agents are already loaded (`build_team` used it); GRPOTrainer would warn that it
+      is ignored.
+    """
+    saved = args.beta, args.use_vllm, args.model_init_kwargs
+    args.beta, args.use_vllm, args.model_init_kwargs = 0.0, False, None
+    try:
+        yield
+    finally:
+        args.beta, args.use_vllm, args.model_init_kwargs = saved
+
+
 def quantized_model_init_kwargs(quantization_config, model_init_kwargs: dict | None, specs: list) -> dict | None:
     """GRPOTrainer's `quantization_config`, for agents loaded from ids: added to the loading keywords, as GRPOTrainer
     does. bitsandbytes needs a CUDA GPU; agents given as models in memory are already loaded."""
@@ -75,11 +97,11 @@ def quantized_model_init_kwargs(quantization_config, model_init_kwargs: dict | N
     return {**(model_init_kwargs or {}), "quantization_config": quantization_config}
 
 
-def load_reward_models(funcs: list, model_init_kwargs: dict | None, distributed: bool) -> list:
+def load_reward_models(funcs: list, args) -> list:
     """`reward_funcs` with each model id loaded as a sequence-classification reward model (one label), as
     GRPOTrainer loads it; GRPOTrainer then prepares it and its tokenizer (`reward_processing_classes`)."""
-    kwargs = {k: v for k, v in (model_init_kwargs or {}).items() if k != "quantization_config"}
-    if distributed:
+    kwargs = {k: v for k, v in (args.model_init_kwargs or {}).items() if k != "quantization_config"}
+    if args.distributed_state.distributed_type != "NO":
         kwargs["device_map"] = None  # as GRPOTrainer: "auto" fails under DDP and DeepSpeed
     return [
         AutoModelForSequenceClassification.from_pretrained(f, num_labels=1, **kwargs) if isinstance(f, str) else f
@@ -167,6 +189,8 @@ def user_functions(
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
     joint_reward = JointReward(funcs, weights, num_agents, columns, reward_processor, args.agent_reward_aggregation)
+    if callable(formatters):  # one formatter serves every agent
+        formatters = [formatters] * num_agents
     if formatters is not None and len(formatters) != num_agents:
         raise ValueError(
             f"MAGRPOTrainer got {len(formatters)} formatters for {num_agents} agents; pass one per agent."
@@ -266,10 +290,9 @@ class PreparedInputs:
     eval_dataset: object
     plan: TeamPlan
     agent_init_kwargs: dict | None  # the agents' `from_pretrained` keywords (with `quantization_config`)
-    functions: UserFunctions
-    special_tokens: dict | None  # CoMLRL's `model_config["special_tokens"]`
+    grows_embeddings: bool  # tokens were added to the tokenizers: each agent's embeddings grow to its tokenizer
     tool_calling: ToolCalling | None  # the agents' tools (`tools=`, `environment_factory=`), or None
-    evaluation: object  # CoMLRL's eval_logger and eval_aggregator (`comlrl.Evaluation`), or None
+    eval_metrics: list  # `(tree, rows, num_turns) -> metrics` callables run on each evaluation rollout
     callbacks: list  # added once the Trainer exists
     tokenizers: list  # one per agent, loaded (with the special tokens added)
     environment: TeamEnvironment  # what the rollout calls
@@ -278,14 +301,10 @@ class PreparedInputs:
 def prepare(
     args,
     *,
-    callbacks,
-    optimizers,
-    reward_processing_classes,
     agents,
     model,
     num_agents,
     tokenizer,
-    processing_class,
     reward_func,
     reward_funcs,
     external_transition,
@@ -297,13 +316,12 @@ def prepare(
     tools,
     rollout_func,
     environment_factory,
-    comlrl_arguments,
+    comlrl_arguments: dict,
 ) -> PreparedInputs:
-    """Check and resolve `MAGRPOTrainer`'s arguments (all of them; `callbacks`, `optimizers` and
-    `reward_processing_classes` go to GRPOTrainer as they are) in the order a user meets the problems: the config (again: a field
-    may have been set after it was built), GRPOTrainer's own arguments, CoMLRL's, the team, the user's functions and
-    datasets; then load the tokenizers (small: the first prompts need them, chat messages a chat template) and check
-    the first rows' prompts and one placeholder call of the user's functions. No model is loaded yet."""
+    """Check and resolve `MAGRPOTrainer`'s arguments in the order a user meets the problems: the config (again: a
+    field may have been set after it was built), GRPOTrainer's own arguments, CoMLRL's, the team, the user's functions
+    and datasets; then load the tokenizers (small: the first prompts need them, chat messages a chat template) and
+    check the first rows' prompts and one placeholder call of the user's functions. No model is loaded yet."""
     from .config import MAGRPOConfig  # the config imports nothing of the trainer's
 
     args = args if args is not None else MAGRPOConfig("MAGRPO")
@@ -312,17 +330,12 @@ def prepare(
     args.check()
     check_grpo_arguments(rollout_func=rollout_func)
     resolved = comlrl.trainer_arguments(
-        comlrl_arguments,
-        args,
-        agents=agents,
-        model=model,
-        num_agents=num_agents,
-        formatters=formatters,
-        eval_dataset=eval_dataset,
+        comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, eval_dataset=eval_dataset
     )
-    args, eval_dataset = resolved["args"], resolved["eval_dataset"]
-    tokenizers = tokenizer if tokenizer is not None else processing_class
-    plan = plan_team(agents, resolved["model"], resolved["num_agents"], tokenizers, peft_config, args.trainable_agents)
+    args, eval_dataset = resolved.args, resolved.eval_dataset
+    plan = plan_team(
+        agents, resolved.model, resolved.num_agents, tokenizer, peft_config, args.trainable_agents, args.num_agents
+    )
     check_agent_reward_aggregation(args.agent_reward_aggregation, plan.num_agents)
     agent_init_kwargs = quantized_model_init_kwargs(quantization_config, args.model_init_kwargs, plan.specs)
     if args.use_vllm:
@@ -337,15 +350,15 @@ def prepare(
         reward_func,
         reward_funcs,
         external_transition,
-        resolved["formatters"],
+        formatters,
         train_dataset,
         eval_dataset,
-        resolved["reward_processor"],
+        resolved.reward_processor,
         worlds.reward_funcs if worlds is not None else None,
         has_worlds=worlds is not None,
     )
     tokenizers = load_tokenizers(plan)
-    comlrl.add_special_tokens(tokenizers, resolved["special_tokens"])
+    resolved.add_special_tokens(tokenizers)
     tool_calling = None
     if not tools and worlds is None and args.max_tool_calling_iterations is not None:
         logger.warning_once(
@@ -361,23 +374,21 @@ def prepare(
             max_completion_length=args.max_completion_length,
             chat_template_kwargs=args.chat_template_kwargs,
         )
-    later_turns = comlrl.formats_later_turns(functions.formatters, args)
+    later_turn_format = resolved.later_turn_formatter(functions.formatters)
     environment = TeamEnvironment(
-        functions.joint_reward, functions.transition, functions.formatters, later_turns, tokenizers, worlds
+        functions.joint_reward, functions.transition, functions.formatters, later_turn_format, tokenizers, worlds
     )
     check_first_rows(environment, train_dataset, eval_dataset, args, acts=tool_calling is not None)
-    special_tokens, evaluation, callbacks = resolved["special_tokens"], resolved["evaluation"], resolved["callbacks"]
     return PreparedInputs(
-        args,
-        train_dataset,
-        eval_dataset,
-        plan,
-        agent_init_kwargs,
-        functions,
-        special_tokens,
-        tool_calling,
-        evaluation,
-        callbacks,
-        tokenizers,
-        environment,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        plan=plan,
+        agent_init_kwargs=agent_init_kwargs,
+        grows_embeddings=bool(resolved.special_tokens),
+        tool_calling=tool_calling,
+        eval_metrics=resolved.eval_metrics,
+        callbacks=resolved.callbacks,
+        tokenizers=tokenizers,
+        environment=environment,
     )

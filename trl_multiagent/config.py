@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from transformers.utils import logging
 from trl import GRPOConfig
 
-from .compat import comlrl
+from .compat import comlrl  # the one seam: CoMLRL's names, as init-only arguments (`comlrl.CoMLRLNames`)
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
 from .rollout.credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS
@@ -41,7 +41,7 @@ UNSUPPORTED_FIELDS = {
 
 
 @dataclass
-class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
+class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
     r"""
     Configuration for [`MAGRPOTrainer`]: everything [`~trl.GRPOConfig`] has, plus the fields below.
 
@@ -248,10 +248,7 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
         },
     )
 
-    def __post_init__(self, *comlrl_values):
-        # CoMLRL's names (`comlrl.CoMLRLConfigNames`) as given; `comlrl.CoMLRLView` reads them back
-        given = zip(comlrl.CONFIG_NAMES, comlrl_values[: len(comlrl.CONFIG_NAMES)], strict=True)
-        self._comlrl_given = {name: value for name, value in given if value is not None}
+    def __post_init__(self, *comlrl_values):  # the init-only values of CoMLRL's names (`comlrl.CoMLRLNames`)
         if not has_accelerator():
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
             if self.bf16 is None:
@@ -290,7 +287,7 @@ class MAGRPOConfig(comlrl.CoMLRLView, comlrl.CoMLRLConfigNames, GRPOConfig):
             self.max_completion_length = self.max_new_tokens
         # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change.
         self._check_num_generations()
-        comlrl.apply_config_names(self, self._comlrl_given)  # before GRPOConfig, which reads the fields they set
+        self._apply_comlrl_names(comlrl_values)  # before GRPOConfig, which reads the fields they set
         self._check_whole_prompts()
         super().__post_init__()
         self.max_new_tokens = self.max_completion_length

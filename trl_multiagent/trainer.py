@@ -13,7 +13,6 @@ from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import add_fused_lm_head
 
 from . import arguments, checkpoint
 from .config import MAGRPOConfig
@@ -24,7 +23,7 @@ from .metrics import completion_log_rows, completion_logs, rollout_metrics, roll
 from .rollout import RolloutTree, run_rollout
 from .rollout.credit import group_advantages
 from .team.agent_team import AgentTeam
-from .team.assembly import build_reference, build_team
+from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .timing import RolloutTimes, UpdateTimes
 from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
@@ -65,8 +64,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         reward_func / reward_funcs: reward callable(s) or reward models; weights from `args.reward_weights`. Joint
             rewards take one list of completions per agent; TRL's (`f(completions, **kwargs)`, all of `trl.rewards`,
             model ids) score each agent, combined by `args.agent_reward_aggregation` (see `rewards`).
-        reward_processing_classes: the reward models' tokenizers, as in GRPOTrainer.
-        quantization_config: as in GRPOTrainer, for agents loaded from ids (bitsandbytes, CUDA only).
+        reward_processing_classes, quantization_config: GRPOTrainer's (quantization: agents loaded from ids, CUDA).
         tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
             agent or per agent; one world per joint trajectory, shared by the agents and copied at each branch.
         rollout_func: GRPOTrainer's; refused, with the reason (`arguments.REFUSED_GRPO_ARGUMENTS`).
@@ -74,7 +72,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         formatters: optional per-agent callables mapping a dataset row to that agent's first prompt (one callable
             serves every agent).
         **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, `model_config`, `wandb_config`,
-            `eval_logger`, `eval_aggregator`), translated by `comlrl.trainer_arguments`.
+            `eval_logger`, `eval_aggregator`), translated by `compat.comlrl.trainer_arguments`.
 
     Example:
 
@@ -125,54 +123,56 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
     ):
         # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the small
         # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).
-        given = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
-        inputs = arguments.prepare(**given)  # every argument, by its name
-        args, train_dataset, eval_dataset, plan = inputs.args, inputs.train_dataset, inputs.eval_dataset, inputs.plan
+        inputs = arguments.prepare(
+            args,
+            agents=agents,
+            model=model,
+            num_agents=num_agents,
+            tokenizer=tokenizer if tokenizer is not None else processing_class,
+            reward_func=reward_func,
+            reward_funcs=reward_funcs,
+            external_transition=external_transition,
+            formatters=formatters,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=peft_config,
+            quantization_config=quantization_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+            comlrl_arguments=comlrl_arguments,
+        )
+        args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
-        self.comlrl_evaluation, self.tool_calling = inputs.evaluation, inputs.tool_calling
+        self.eval_metrics, self.tool_calling = inputs.eval_metrics, inputs.tool_calling
 
-        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, bool(inputs.special_tokens))
-        self.team, self.agent_eos_token_ids = built.team, built.eos_token_ids
-        joint_reward = self.environment.joint_reward
-        distributed = args.distributed_state.distributed_type != "NO"
-        reward_funcs = arguments.load_reward_models(joint_reward.funcs, args.model_init_kwargs, distributed)
-        # GRPOTrainer would build a reference model from a hub id, and one vLLM engine for one policy; each agent's
-        # reference and the team's engines are built below instead. The models are loaded: GRPOTrainer would warn
-        # that `model_init_kwargs` is ignored, though `build_team` just used it.
-        beta, args.beta = args.beta, 0.0
-        use_vllm, args.use_vllm = args.use_vllm, False
-        model_init_kwargs, args.model_init_kwargs = args.model_init_kwargs, None
-        try:
+        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
+        self.team, self.agent_eos_token_ids = built
+        reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
+        with arguments.grpo_trainer_settings(args):
             super().__init__(
                 model=self.team,
                 reward_funcs=reward_funcs,
                 args=args,
-                train_dataset=train_dataset,
-                eval_dataset=eval_dataset,
+                train_dataset=inputs.train_dataset,
+                eval_dataset=inputs.eval_dataset,
                 processing_class=self.tokenizers[0],
                 reward_processing_classes=reward_processing_classes,
                 callbacks=callbacks,
                 optimizers=optimizers,
             )
-        finally:
-            args.beta, args.use_vllm, args.model_init_kwargs = beta, use_vllm, model_init_kwargs
-        self.beta, self.use_vllm = beta, use_vllm
-        joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        self.beta, self.use_vllm = args.beta, args.use_vllm
+        self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         self.environment.bind(self)
         for callback in inputs.callbacks:
             self.add_callback(callback)
-        # GRPOTrainer patched its fused log-prob head onto the container; it belongs on each agent instead.
-        del self.team.forward
-        for agent in self.team.agents:
-            base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
-            add_fused_lm_head(base, temperature=self.temperature, outputs=("log_probs", "entropy"))
+        fused_heads_on_agents(self.team, self.temperature)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
         self.ref_team = None
-        if beta != 0.0 and not self.team.all_adapters:
+        if self.beta != 0.0 and not self.team.all_adapters:
             self.ref_team = build_reference(self.accelerator, self.model, self.is_deepspeed_enabled)
-
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
         self.generator = build_generator(
             args,
@@ -189,8 +189,6 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         )
         self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
         self._ratio_from_loss = RatioFromLoss(args)
-
-    # ------------------------------------------------------------------ rollout
 
     def _generate_for_agent(self, agent: int, prompts: list, num_generations: int, environments=None) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend; with
@@ -252,13 +250,13 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
         if sampling:
-            self._log_sampling_stats(mode, sampling)
+            self._log_metrics(mode, reduce_sampling_stats(gather_object([sampling])))
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             env = self.environment
             table = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
             self._logs = completion_logs(gather_object(table))
-        if mode == "eval" and self.comlrl_evaluation is not None:  # CoMLRL's eval_logger and eval_aggregator
-            self._log_metrics(mode, self.comlrl_evaluation(tree, rows, self.args.num_turns))
+        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. CoMLRL's eval_logger and eval_aggregator
+            self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))
         return {"agents": agent_batches}
 
     @torch.no_grad()
@@ -295,14 +293,9 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         """A value for the current mode's metrics (TRL's `log_metric` reward keyword), averaged when logged."""
         self._log_metrics("train" if self.model.training else "eval", {name: value})
 
-    def _log_sampling_stats(self, mode: str, stats: dict[int, dict]) -> None:
-        self._log_metrics(mode, reduce_sampling_stats(gather_object([stats])))
-
     def _corrects_sampling(self, agent: int) -> bool:
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
         return self.use_vllm and self.vllm_importance_sampling_correction and agent in self.trainable_agents
-
-    # ------------------------------------------------------------------ metrics
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
         env = self.environment
@@ -317,8 +310,6 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         )
         self._log_metrics(mode, self._rollout_times.metrics(env.seconds))
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-
-    # ------------------------------------------------------------------ training step
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -372,7 +363,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         if self._step % self.args.steps_per_generation == 0:  # a generation's rows have all been through the loss
             stats = self._ratio_from_loss.flush()
             if stats:
-                self._log_sampling_stats("train", stats)
+                self._log_metrics("train", reduce_sampling_stats(gather_object([stats])))
         if self._step % self.current_gradient_accumulation_steps == 0:
             self._log_metrics("train", self._update_times.flush())
         return loss

@@ -144,6 +144,17 @@ class CoMLRLView:
         return SimpleNamespace(num_agents=self.num_agents, **names)
 
 
+@dataclass
+class CoMLRLNames(CoMLRLView, CoMLRLConfigNames):
+    """The config's one seam: `MAGRPOConfig` derives from this class, and its `__post_init__` hands the init-only
+    values to `_apply_comlrl_names` once, before `GRPOConfig.__post_init__` reads the fields they set."""
+
+    def _apply_comlrl_names(self, init_values: tuple) -> None:
+        given = zip(CONFIG_NAMES, init_values[: len(CONFIG_NAMES)], strict=True)
+        self._comlrl_given = {name: value for name, value in given if value is not None}
+        apply_config_names(self, self._comlrl_given)
+
+
 def _parallel_mode(value) -> str:
     """CoMLRL's normalisation: None, "" and "null" are "none"; case and spaces do not matter."""
     mode = str(value or "none").strip().lower()
@@ -302,27 +313,27 @@ def _eval_interval(config, interval: int) -> None:
     )
 
 
-def formats_later_turns(formatters, args) -> bool:
-    """CoMLRL 1.4.3 formats every later turn's prompt too, unless `external_prompt_passthrough=True`: the formatter
-    gets the row with `prompt` set to the transition's prompt (and `external_prompts=` when it takes it)."""
+def later_turn_formatter(formatters, args) -> Callable[[dict, list], list] | None:
+    """CoMLRL 1.4.3 formats every later turn's prompt too, unless `external_prompt_passthrough=True`: each agent's
+    formatter gets the row with `prompt` set to the transition's prompt (and `external_prompts=` when it takes it).
+    Returns that formatting as `(row, transition prompts) -> prompts`, or None when it does not apply."""
     if formatters is None or args.num_turns == 1 or args.external_prompt_passthrough:
-        return False
+        return None
     logger.info_once(
         "MAGRPOTrainer: the formatters also format each later turn's prompt, from the row with 'prompt' set to the "
         "transition's (CoMLRL's rule); set MAGRPOConfig(external_prompt_passthrough=True) to give the agents the "
         "transition's prompts as they are."
     )
-    return True
 
+    def format_later_turn(row: dict, prompts: list) -> list:
+        return [
+            f({**row, "prompt": p}, external_prompts=p)
+            if "external_prompts" in inspect.signature(f).parameters
+            else f({**row, "prompt": p})
+            for f, p in zip(formatters, prompts, strict=True)
+        ]
 
-def format_later_turn(formatters, row: dict, prompts: list) -> list:
-    """Each agent's next prompt as CoMLRL writes it: its formatter on the row whose `prompt` is the transition's."""
-    return [
-        f({**row, "prompt": p}, external_prompts=p)
-        if "external_prompts" in inspect.signature(f).parameters
-        else f({**row, "prompt": p})
-        for f, p in zip(formatters, prompts, strict=True)
-    ]
+    return format_later_turn
 
 
 MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs", "special_tokens")
@@ -339,20 +350,34 @@ WANDB_ENVIRONMENT = {
 WANDB_KEYS = (*WANDB_ENVIRONMENT, "name", "run_name", "tags", "config_sections")
 
 
-def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatters, eval_dataset) -> dict:
-    """Translate `MAGRPOTrainer(**kwargs)`'s CoMLRL-only keywords into its own.
+@dataclass
+class CoMLRLArguments:
+    """What `trainer_arguments` resolves, for the core to use without knowing CoMLRL."""
 
-    `agent_model` is `model`, copied `num_agents` times (the trainer's, else `MAGRPOConfig(num_agents=)`, else 2 as
-    in CoMLRL); one callable as `formatters` serves every agent; `model_config`'s dtype and attention become
-    `args.model_init_kwargs`, its `special_tokens` are added to the tokenizers (`special_tokens`); `wandb_config`
-    becomes `report_to="wandb"`, `run_name`, `WANDB_*` and the run's config; `eval_logger` and `eval_aggregator`
-    are called on each evaluation batch (`Evaluation`); the config's `eval_num_samples` keeps that many rows of
+    args: object  # the config to train with (a copy when these keywords change it)
+    model: object
+    num_agents: int | None
+    eval_dataset: object
+    reward_processor: Callable | None
+    special_tokens: dict | None  # added to every agent's tokenizer
+    eval_metrics: list  # callables `(tree, rows, num_turns) -> metrics` run on each evaluation rollout
+    callbacks: list
+
+    def later_turn_formatter(self, formatters: list | None) -> Callable[[dict, list], list] | None:
+        return later_turn_formatter(formatters, self.args)
+
+    def add_special_tokens(self, tokenizers: list) -> None:
+        add_special_tokens(tokenizers, self.special_tokens)
+
+
+def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, eval_dataset) -> CoMLRLArguments:
+    """The trainer's one seam: translate `MAGRPOTrainer(**kwargs)`'s CoMLRL-only keywords into its own.
+
+    `agent_model` is `model` (copied `MAGRPOConfig(num_agents=)` times, else 2 as in CoMLRL); `model_config`'s dtype
+    and attention become `args.model_init_kwargs`, its `special_tokens` are added to the tokenizers; `wandb_config`
+    becomes `report_to="wandb"`, `run_name`, `WANDB_*` and the run's config; `eval_logger` and `eval_aggregator` are
+    called on each evaluation rollout (`Evaluation`); the config's `eval_num_samples` keeps that many rows of
     `eval_dataset`, and its `eval_interval` evaluates only when there is an `eval_dataset` (as in CoMLRL).
-
-    Returns:
-        The trainer's ``args`` (a copy of the given config when these keywords change it), ``model``,
-        ``num_agents``, ``formatters``, ``reward_processor``, ``eval_dataset``, ``special_tokens``, ``evaluation``
-        (an `Evaluation` or None) and ``callbacks``.
     """
     kwargs = dict(kwargs)
     agent_model = kwargs.pop("agent_model", None)
@@ -362,18 +387,8 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
         if model is not None:
             raise ValueError("MAGRPOTrainer: pass `model` or `agent_model` (CoMLRL's name), not both.")
         model = agent_model
-    configured = args.num_agents
-    if num_agents is not None and configured is not None and num_agents != configured:
-        raise ValueError(f"MAGRPOTrainer: num_agents={num_agents}, but MAGRPOConfig(num_agents={configured}).")
-    if agents is not None and configured is not None and len(agents) != configured:
-        raise ValueError(
-            f"MAGRPOTrainer got {len(agents)} agents, but MAGRPOConfig(num_agents={configured}); pass {configured} "
-            "agents, or leave num_agents out (the team's size is the number of agents given)."
-        )
-    if num_agents is None and agents is None and model is not None:
-        num_agents = configured if configured is not None else 2 if agent_model is not None else None
-    if callable(formatters):
-        formatters = [formatters] * (len(agents) if agents is not None else num_agents or 1)
+        if num_agents is None and args.num_agents is None:
+            num_agents = 2  # CoMLRL's default team
     reward_processor = kwargs.pop("reward_processor", None)
     if reward_processor is not None and not callable(reward_processor):
         raise TypeError(
@@ -400,17 +415,16 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, formatte
         eval_dataset = eval_dataset.select(range(max(samples, 1)))  # CoMLRL evaluates one item even at 0
     if no_evaluation:
         args.eval_strategy, args.eval_on_start = "no", False
-    return {
-        "args": args,
-        "model": model,
-        "num_agents": num_agents,
-        "formatters": formatters,
-        "reward_processor": reward_processor,
-        "eval_dataset": eval_dataset,
-        "special_tokens": special_tokens,
-        "evaluation": evaluation,
-        "callbacks": callbacks,
-    }
+    return CoMLRLArguments(
+        args=args,
+        model=model,
+        num_agents=num_agents,
+        eval_dataset=eval_dataset,
+        reward_processor=reward_processor,
+        special_tokens=special_tokens,
+        eval_metrics=[evaluation] if evaluation is not None else [],
+        callbacks=callbacks,
+    )
 
 
 def _check_agent_model_names(agent_model, agents) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerState
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
-from ..compat import comlrl
 from .callables import Transition, check_prompt
 from .rewards import JointReward
 from .tree import RolloutTree
@@ -41,7 +41,8 @@ class TeamEnvironment:
         joint_reward: the team's reward functions (`rewards.JointReward`).
         transition: the user's transition (`callables.Transition`), or None with one turn.
         formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
-        formats_later_turns: the formatters also format each later turn's prompt (CoMLRL's rule, see `comlrl`).
+        later_turn_format: `(row, transition prompts) -> prompts` for every later turn (CoMLRL's rule, made by
+            `compat.comlrl`), or None: the transition's prompts as they are.
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
         worlds: the team's environments (`rollout.worlds.Worlds`), or None.
 
@@ -54,13 +55,13 @@ class TeamEnvironment:
         joint_reward: JointReward,
         transition: Transition | None,
         formatters: list | None,
-        formats_later_turns: bool,
+        later_turn_format: Callable[[dict, list], list] | None,
         tokenizers: list,
         worlds=None,
     ):
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
         self.worlds = worlds  # `rollout.worlds.Worlds`, or None
-        self.formats_later_turns, self.tokenizers = formats_later_turns, tokenizers
+        self.later_turn_format, self.tokenizers = later_turn_format, tokenizers
         self._trainer = None  # set by `bind`
         self.num_agents = len(tokenizers)
         self.start(num_turns=1)
@@ -194,9 +195,9 @@ class TeamEnvironment:
         """The next prompts of each branch: the transition's for `calls` (`(prompt, agent_completions, history)`, of
         the dataset `rows`), through the formatters where they apply, each checked against its agent."""
         prompts = self.transition.many(calls, turn)
-        if self.formats_later_turns:
+        if self.later_turn_format is not None:
             prompts = [self._formatted(row, p, turn + 1) for row, p in zip(rows, prompts, strict=True)]
-        formatted = " and the formatters" if self.formats_later_turns else ""
+        formatted = " and the formatters" if self.later_turn_format is not None else ""
         for branch in prompts:
             self._check_chat_templates(
                 branch, f"external_transition {self.transition.name!r}{formatted} after turn {turn}"
@@ -204,7 +205,7 @@ class TeamEnvironment:
         return prompts
 
     def _formatted(self, row: dict, prompts: list, turn: int) -> list:
-        formatted = comlrl.format_later_turn(self.formatters, row, prompts)
+        formatted = self.later_turn_format(row, prompts)
         for i, prompt in enumerate(formatted):
             check_prompt(f"formatters[{i}] (agent {i}) at turn {turn}, on the row {_short_row(row)}", prompt, True)
         return formatted

@@ -11,6 +11,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -40,14 +41,15 @@ class TeamPlan:
     trainable: list[int]
 
 
-@dataclass
-class BuiltTeam:
+class BuiltTeam(NamedTuple):
     team: AgentTeam
     eos_token_ids: list[list[int]]  # per agent, every id that ends a completion
 
 
-def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agents) -> TeamPlan:
-    specs = _agent_specs(agents, model, num_agents)
+def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agents, configured_agents=None) -> TeamPlan:
+    """What the team will be, checked before anything is loaded. `configured_agents` is `MAGRPOConfig.num_agents`:
+    the team's size when `model=` comes without `num_agents=`, and a size the agents given must have."""
+    specs = _agent_specs(agents, model, num_agents, configured_agents)
     n = len(specs)
     peft_configs = _peft_config_list(peft_config, n)
     labels = [f"agents[{i}]" for i in range(n)] if agents is not None else ["model"] * n
@@ -100,6 +102,17 @@ def build_team(
     return BuiltTeam(team, eos_token_ids)
 
 
+def fused_heads_on_agents(team: AgentTeam, temperature: float) -> None:
+    """GRPOTrainer patches its fused log-prob head (`trl.trainer.utils.add_fused_lm_head`) onto the model it is given,
+    the team container, as a `forward` attribute; the head belongs on each agent, where the loss calls it."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    del team.forward  # GRPOTrainer's patch on the container (an instance attribute; under contract)
+    for agent in team.agents:
+        base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
+        add_fused_lm_head(base, temperature=temperature, outputs=("log_probs", "entropy"))
+
+
 def build_reference(accelerator, model, deepspeed: bool) -> AgentTeam:
     """A frozen copy of every agent of the prepared `model`, taken before training, for the KL term when `beta > 0`
     (adapter teams need none: the base, adapter disabled, is the reference)."""
@@ -113,9 +126,18 @@ def build_reference(accelerator, model, deepspeed: bool) -> AgentTeam:
     return accelerator.prepare_model(reference, evaluation_mode=True)
 
 
-def _agent_specs(agents, model, num_agents) -> list:
+def _agent_specs(agents, model, num_agents, configured) -> list:
     if agents is not None and model is not None:
         raise ValueError("MAGRPOTrainer: pass `agents=[...]` or `model=` with `num_agents=`, not both.")
+    if num_agents is not None and configured is not None and num_agents != configured:
+        raise ValueError(f"MAGRPOTrainer: num_agents={num_agents}, but MAGRPOConfig(num_agents={configured}).")
+    if agents is not None and configured is not None and len(agents) != configured:
+        raise ValueError(
+            f"MAGRPOTrainer got {len(agents)} agents, but MAGRPOConfig(num_agents={configured}); pass {configured} "
+            "agents, or leave num_agents out (the team's size is the number of agents given)."
+        )
+    if num_agents is None:
+        num_agents = configured
     if agents is not None:
         if num_agents is not None and num_agents != len(agents):
             raise ValueError(f"MAGRPOTrainer: num_agents={num_agents} but {len(agents)} agents were given.")
