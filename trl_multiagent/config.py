@@ -12,7 +12,7 @@ from trl import GRPOConfig
 from .compat import comlrl  # the one seam: CoMLRL's names, as init-only arguments (`comlrl.CoMLRLNames`)
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
-from .rollout.credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS
+from .rollout.credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS, joint_choices
 from .rollout.rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
 from .update.chunking import check_loss_type
 
@@ -31,10 +31,6 @@ UNSUPPORTED_FIELDS = {
         "would be weighted like the policy loss",
     ),
     "use_adaptive_entropy": (False, "the entropy bonus is not supported yet (see `entropy_coef`)"),
-    "use_transformers_continuous_batching": (
-        False,
-        "each agent already generates one batch per turn; `use_vllm=True` gives a faster engine",
-    ),
     "cast_lm_head_to_fp32": (False, "the fused log-prob head runs in each agent's own dtype"),
     "sync_ref_model": (False, "each agent's reference is a frozen copy (or its base, for adapters), never synced"),
 }
@@ -369,6 +365,22 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 f"MAGRPOConfig: scale_rewards must be one of {SCALE_REWARDS} (or True for 'group', False for 'none'), "
                 f"got {self.scale_rewards!r}."
             )
+
+    def max_turn_sequences(self, num_agents: int) -> int:
+        """Completions of the largest turn one process generates for one agent: K per live node.
+
+        >>> config = MAGRPOConfig("out", num_generations=2, per_device_train_batch_size=2, per_device_eval_batch_size=2)
+        >>> config.num_turns = 2  # one prompt, K = 2: 2 completions at turn 1, 2 nodes x 2 at turn 2
+        >>> config.max_turn_sequences(num_agents=2)
+        4
+        """
+        k = max(self.num_generations, self.num_generations_eval or 0)
+        prompts = max(  # a generation batch holds each prompt K times
+            self.per_device_train_batch_size * self.steps_per_generation // self.num_generations,
+            self.per_device_eval_batch_size // (self.num_generations_eval or self.num_generations),
+        )
+        branching = len(joint_choices(num_agents, k, self.joint_mode))  # children of a node that goes on
+        return k * prompts * branching ** (self.num_turns - 1)
 
     def _check_num_generations(self) -> None:
         if self.num_generations is None or self.num_generations < 2:

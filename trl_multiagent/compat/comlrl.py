@@ -1,5 +1,6 @@
-"""CoMLRL 1.4.3's MAGRPO names, and what each becomes here: the config's (`CoMLRLConfigNames`, translated by
-`apply_config_names`, read back by `CoMLRLView`) and the trainer's (`trainer_arguments`, `Evaluation`).
+"""CoMLRL 1.4.3's MAGRPO names, and what each becomes here: the config's (`CoMLRLNames`: `CoMLRLConfigNames`,
+translated by `apply_config_names`, read back by `CoMLRLView`) and the trainer's (`trainer_arguments`, `Evaluation`).
+This is the only module that knows CoMLRL; the core reaches it through `CoMLRLNames` and `trainer_arguments`.
 
 A CoMLRL script runs with its import changed (``from trl_multiagent import MAGRPOConfig, MAGRPOTrainer``). Each name
 keeps CoMLRL's meaning, said once in the log when the unit shifts (prompts and rows, tree nodes and prompts); the values
@@ -25,7 +26,7 @@ from transformers import TrainerCallback, TrainingArguments
 from transformers.utils import logging
 
 from ..devices import has_accelerator
-from ..rollout.credit import ADVANTAGE_BASELINES
+from ..rollout.credit import ADVANTAGE_BASELINES, joint_choices
 
 
 logger = logging.get_logger(__name__)
@@ -214,7 +215,7 @@ def _check_one_device(name: str, spec) -> None:
 
 def nodes_per_tree(num_generations: int, num_turns: int, joint_mode: str, num_agents: int) -> int:
     """Nodes of one agent in a prompt's full tree: 1 + J + J**2 + ... over the turns, J joint answers per node."""
-    joint = num_generations if joint_mode == "aligned" else num_generations**num_agents
+    joint = len(joint_choices(num_agents, num_generations, joint_mode))
     return sum(joint**t for t in range(num_turns))
 
 

@@ -29,7 +29,6 @@ import torch
 from transformers.utils import logging
 
 from ..devices import has_accelerator
-from ..rollout.credit import joint_choices
 from . import vllm_cpu
 from .base import gathered_parameters
 from .vllm_base import VLLMGenerator
@@ -77,17 +76,6 @@ def check_adapters_servable(team) -> None:
             )
 
 
-def max_turn_sequences(args, num_agents: int) -> int:
-    """Completions of the largest turn one process generates for one agent: K per live node."""
-    k = max(args.num_generations, args.num_generations_eval or 0)
-    prompts = max(  # a generation batch holds each prompt K times
-        args.per_device_train_batch_size * args.steps_per_generation // args.num_generations,
-        args.per_device_eval_batch_size // (args.num_generations_eval or args.num_generations),
-    )
-    branching = len(joint_choices(num_agents, k, args.joint_mode))  # children of a node that goes on
-    return k * prompts * branching ** (args.num_turns - 1)
-
-
 class VLLMColocateGenerator(VLLMGenerator):
     def __init__(self, *, team, args, accelerator, **common):
         from vllm import LLM
@@ -100,7 +88,7 @@ class VLLMColocateGenerator(VLLMGenerator):
         self.sleep = args.vllm_enable_sleep_mode
         self.workdir = tempfile.mkdtemp(prefix="trl_multiagent_vllm_")
         groups = [list(range(team.num_agents))] if team.is_shared_base else [[i] for i in range(team.num_agents)]
-        turn = max_turn_sequences(args, team.num_agents)
+        turn = args.max_turn_sequences(team.num_agents)
         max_num_seqs = min(turn, args.generate_chunk_size or MAX_NUM_SEQS_CAP, MAX_NUM_SEQS_CAP)
         self.engines: list[Engine] = []
         # vLLM sets the process up for serving while it builds an engine; the update shares the process.

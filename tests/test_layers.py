@@ -1,0 +1,101 @@
+"""The package's floors (docs/architecture.md): each module imports only from its own floor or the floors below,
+CoMLRL is reached through its two seams only, and the core imports none of the demo tooling."""
+
+import ast
+import pathlib
+
+import pytest
+
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
+# Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
+FLOORS = [
+    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "rollout.worlds"],
+    ["team", "update", "generation.limits"],
+    ["generation"],
+    ["rollout"],
+    ["metrics", "distributed", "checkpoint"],
+    ["compat"],
+    ["config"],
+    ["arguments"],
+    ["trainer"],
+    [""],  # the package's __init__
+]
+OUTSIDE = ("demo", "models", "plot")
+COMLRL_SEAMS = {"config", "arguments"}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def floor_of(module: str) -> int:
+    best, floor = -1, None
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (prefix == "" or module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, floor = len(prefix), level
+    return floor
+
+
+def internal_imports(module: str, source: str, is_package: bool) -> set[str]:
+    """The package modules that `source` (the module `module`) imports, relative imports resolved."""
+    package = [p for p in (module.split(".") if is_package else module.split(".")[:-1]) if p]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            target = ".".join([*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])])
+            if node.module:
+                found.add(target)
+            else:  # `from . import x`: x is a module
+                found.update(f"{target}.{alias.name}".strip(".") for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trl_multiagent"):
+            found.add(node.module.removeprefix("trl_multiagent").strip("."))
+    return found
+
+
+def violations(module: str, source: str, is_package: bool = False) -> list[str]:
+    if module.split(".")[0] in OUTSIDE:
+        return []
+    found = []
+    for target in sorted(internal_imports(module, source, is_package)):
+        if target.split(".")[0] in OUTSIDE:
+            found.append(f"{module} (core) imports the demo tooling ({target})")
+        elif floor_of(target) > floor_of(module):
+            found.append(f"{module} (floor {floor_of(module)}) imports {target} (floor {floor_of(target)})")
+        elif target.startswith("compat") and module not in COMLRL_SEAMS and not module.startswith("compat"):
+            found.append(f"{module} imports {target}; only {sorted(COMLRL_SEAMS)} reach CoMLRL's compatibility")
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_imports_go_down_only(path):
+    assert floor_of(module_name(path)) is not None
+    assert violations(module_name(path), path.read_text(), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "found"),
+    [
+        ("rollout.tree", "from ..trainer import MAGRPOTrainer", "floor 3) imports trainer (floor 8)"),
+        ("checkpoint", "from .demo.models import HUB_ID", "imports the demo tooling"),
+        ("trainer", "from .compat import comlrl", "only ['arguments', 'config'] reach"),
+        ("generation.vllm_colocate", "from ..rollout.credit import joint_choices", None),  # floor 0: allowed
+        ("generation.base", "from ..rollout.tree import Node", "imports rollout.tree"),
+    ],
+)
+def test_the_check_finds_a_back_edge(module, line, found):
+    result = violations(module, line)
+    assert (result == []) if found is None else (len(result) == 1 and found in result[0]), result
+
+
+def test_the_architecture_page_names_every_module():
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    for path in MODULES:
+        module = module_name(path)
+        if path.name != "__init__.py":
+            assert f"`{module}`" in page or f"`{module.split('.')[-1]}`" in page, module
