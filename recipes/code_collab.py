@@ -145,7 +145,9 @@ class ScriptArguments:
 
 def make_parser() -> TrlParser:
     """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
-    parser = TrlParser((ScriptArguments, MAGRPOConfig, ModelConfig))
+    parser = TrlParser(
+        (ScriptArguments, MAGRPOConfig, ModelConfig), allow_abbrev=False
+    )  # no `--num_turn` for `--num_turns`
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
 

@@ -181,7 +181,8 @@ class RecipeParser(TrlParser):
     def parse_args_and_config(self, args=None, **kwargs):
         args = list(args) if args is not None else sys.argv[1:]
         probe_args = [arg for arg in args if arg not in ("-h", "--help")]
-        probe = TrlParser((ModelConfig,)).parse_args_and_config(args=probe_args, return_remaining_strings=True)[0]
+        probe = TrlParser((ModelConfig,), allow_abbrev=False)
+        probe = probe.parse_args_and_config(args=probe_args, return_remaining_strings=True)[0]
         self.embedded_model = probe.model_name_or_path is None
         if self.embedded_model:
             self.set_defaults_with_config(**DEMO_SIZE)
@@ -202,8 +203,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def make_parser() -> TrlParser:
     """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
+    # allow_abbrev=False: argparse would read `--num_turn 3` as `--num_turns 3` without a word
     parser = RecipeParser(
-        (ScriptArguments, MAGRPOConfig, ModelConfig), usage="%(prog)s [flags]", formatter_class=HelpFormatter
+        (ScriptArguments, MAGRPOConfig, ModelConfig),
+        usage="%(prog)s [flags]",
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
     # HfArgumentParser is an argparse parser: these become the defaults that a `--config` YAML or a flag overrides.
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)

@@ -205,7 +205,9 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
 
 
 def make_parser() -> TrlParser:
-    parser = TrlParser((ScriptArguments, MAGRPOConfig, ModelConfig))
+    parser = TrlParser(
+        (ScriptArguments, MAGRPOConfig, ModelConfig), allow_abbrev=False
+    )  # no `--num_turn` for `--num_turns`
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
     return parser
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import os
 from dataclasses import dataclass, field
@@ -448,3 +451,36 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             self.accelerator_config["use_configured_state"] = True
         else:
             self.accelerator_config.use_configured_state = True
+
+
+def _unknown_names_suggested(dataclass_init):
+    """`MAGRPOConfig(...)` with a misspelled name raises Python's `TypeError`, as before (scripts catch it), saying
+    which names are closest: the config's own, TRL's (`GRPOConfig`, `TrainingArguments`) and CoMLRL's."""
+    accepted = [name for name in inspect.signature(dataclass_init).parameters if name != "self"]
+    own = set(MAGRPOConfig.__annotations__)
+
+    def origin(name: str) -> str:
+        if name in comlrl.CONFIG_NAMES:
+            return "CoMLRL's"
+        return "MAGRPOConfig's" if name in own else "TRL's"
+
+    @functools.wraps(dataclass_init)
+    def __init__(self, *args, **kwargs):
+        for name in kwargs:
+            if name not in accepted:
+                close = difflib.get_close_matches(name, accepted, n=3, cutoff=0.6)
+                hint = (
+                    "Closest names: " + ", ".join(f"{c!r} ({origin(c)})" for c in close)
+                    if close
+                    else "No name is close"
+                )
+                raise TypeError(
+                    f"MAGRPOConfig.__init__() got an unexpected keyword argument {name!r}. {hint}. Every field: "
+                    "docs/configuration.md."
+                )
+        dataclass_init(self, *args, **kwargs)
+
+    return __init__
+
+
+MAGRPOConfig.__init__ = _unknown_names_suggested(MAGRPOConfig.__init__)
