@@ -112,10 +112,6 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
             dict(multi_objective_aggregation="normalize_then_sum"),
             "multi_objective_aggregation='normalize_then_sum' is",
         ),
-        (
-            dict(use_transformers_continuous_batching=True),
-            "use_transformers_continuous_batching=True is not supported",
-        ),
     ],
 )
 def test_bad_config(kwargs, message):
@@ -421,8 +417,8 @@ def test_lomo_is_refused_since_the_update_runs_one_backward_per_chunk(tmp_path):
 
 
 def test_a_field_set_after_the_config_was_built_is_refused_by_the_trainer(tokenizer, args, data):
-    args.use_transformers_continuous_batching = True  # after __post_init__ ran
-    with pytest.raises(ValueError, match="use_transformers_continuous_batching=True is not supported"):
+    args.cast_lm_head_to_fp32 = True  # after __post_init__ ran
+    with pytest.raises(ValueError, match="cast_lm_head_to_fp32=True is not supported"):
         build(tokenizer, args, data)
 
 

@@ -1,4 +1,6 @@
-"""Generation with transformers `generate`, on the trainer's own (wrapped) model."""
+"""Generation with transformers `generate`, on the trainer's own (wrapped) model; with
+`use_transformers_continuous_batching=True`, with transformers' continuous batching (`generate_batch`) instead, as
+GRPOTrainer does."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import contextlib
 from collections.abc import Callable
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StopStringCriteria
 from trl.models.utils import _unwrap_model_for_generation, add_hooks, remove_hooks
 from trl.trainer.utils import pad
 
@@ -20,6 +22,10 @@ class TransformersGenerator(Generator):
 
     Each distinct prompt is prefilled once for its K rows (`share_prompts`). Under ZeRO-3 only the generating agent's
     weights are gathered, so the peak is one agent, not the team.
+
+    With `use_transformers_continuous_batching=True` each call is one `generate_batch` (transformers' continuous
+    batching, paged KV cache), as in GRPOTrainer: each prompt repeated K times, with the engine settings of
+    `transformers_continuous_batching_config`. Its own block sharing then shares the prompts' keys and values.
     """
 
     def __init__(
@@ -39,6 +45,14 @@ class TransformersGenerator(Generator):
         self.args = args
         self.zero3 = zero3
         self.share_prompts = share_prompts
+        self.continuous_batching = continuous_batching_config(args)
+        if self.continuous_batching is not None and zero3 and not args.ds3_gather_for_generation:
+            raise ValueError(
+                "MAGRPOTrainer: use_transformers_continuous_batching=True under DeepSpeed ZeRO-3 needs "
+                "ds3_gather_for_generation=True: the continuous-batching engine runs its forwards in a thread of its "
+                "own, one per scheduled batch, so the per-layer gathers of ZeRO-3 cannot stay in step across "
+                "processes. Set ds3_gather_for_generation=True, or use_transformers_continuous_batching=False."
+            )
         self.configs = {
             greedy: [
                 self._config(tok, eos, generation_kwargs, greedy)
@@ -109,6 +123,8 @@ class TransformersGenerator(Generator):
         return calls, real_calls
 
     def _generate(self, model, agent, prompt_ids, num_generations, generation_config, shared) -> list[list[int]]:
+        if self.continuous_batching is not None:
+            return self._generate_batch(model, agent, prompt_ids, num_generations, generation_config)
         pad_id = self.tokenizers[agent].pad_token_id
         repeated = [torch.tensor(ids) for ids in prompt_ids for _ in range(num_generations)]
         device = self.accelerator.device
@@ -131,6 +147,56 @@ class TransformersGenerator(Generator):
             rows = [row[: max((t + 1 for t, token in enumerate(row) if token != pad_id), default=0)] for row in rows]
         return rows
 
+    def _generate_batch(self, model, agent, prompt_ids, num_generations, generation_config) -> list[list[int]]:
+        """K completions of each prompt from transformers' continuous batching, as GRPOTrainer generates with
+        `use_transformers_continuous_batching=True`: one request per row, the rows in the order of the requests."""
+        requests = [list(ids) for ids in prompt_ids for _ in range(num_generations)]
+        # `generate_batch` leaves the model in eval mode; each module gets its own mode back (dropout in the update)
+        modes = [(module, module.training) for module in model.modules()]
+        try:
+            outputs = model.generate_batch(
+                requests,
+                generation_config=generation_config,
+                continuous_batching_config=self.continuous_batching,
+                progress_bar=False,
+            )
+        finally:
+            for module, training in modes:
+                module.training = training
+        results = list(outputs.values())
+        errors = [result.error for result in results if result.error is not None]
+        if len(results) != len(requests) or errors:
+            raise RuntimeError(
+                f"MAGRPOTrainer: transformers' continuous batching (use_transformers_continuous_batching=True) "
+                f"returned {len(results) - len(errors)} of the {len(requests)} completions asked of agent {agent}"
+                + (f"; first error: {errors[0]}" if errors else "")
+                + ". transformers logged the cause above; `transformers_continuous_batching_config` sizes its cache."
+            )
+        rows = [list(result.generated_tokens) for result in results]
+        if generation_config.stop_strings is not None:
+            rows = self._cut_at_stop_strings(agent, requests, rows, generation_config.stop_strings)
+        return rows
+
+    def _cut_at_stop_strings(self, agent, prompts, rows, stop_strings) -> list[list[int]]:
+        """Each row up to the token that completes one of `stop_strings`, as `generate` stops it: transformers'
+        `StopStringCriteria` asked after each token, on the left-padded prompts and the tokens so far. Continuous
+        batching has no stopping criteria; what it sampled after that token is dropped (it does not change what came
+        before)."""
+        criteria = StopStringCriteria(self.tokenizers[agent], stop_strings)
+        pad_id = self.tokenizers[agent].pad_token_id
+        width = max(map(len, rows), default=0)
+        prompt = pad([torch.tensor(ids) for ids in prompts], padding_value=pad_id, padding_side="left")
+        completion = torch.full((len(rows), width), pad_id, dtype=prompt.dtype)
+        for r, row in enumerate(rows):
+            completion[r, : len(row)] = torch.tensor(row, dtype=prompt.dtype)
+        sequences = torch.cat([prompt, completion], dim=1)
+        ends = [len(row) for row in rows]
+        for t in range(width):
+            stopped = criteria(sequences[:, : prompt.size(1) + t + 1], None)
+            for r in stopped.nonzero().flatten().tolist():
+                ends[r] = min(ends[r], t + 1)
+        return [row[:end] for row, end in zip(rows, ends, strict=True)]
+
     @contextlib.contextmanager
     def _gathered(self, agent: torch.nn.Module, wrapped: torch.nn.Module):
         """Under ZeRO-3, gather the full weights of the generating agent only."""
@@ -145,3 +211,16 @@ class TransformersGenerator(Generator):
                 yield
             finally:
                 add_hooks(wrapped)
+
+
+def continuous_batching_config(args):
+    """The engine settings GRPOTrainer builds for `use_transformers_continuous_batching=True` (None when it is off):
+    `transformers_continuous_batching_config`, with `max_memory_percent=0.5` unless set (the transformers default,
+    0.9, leaves almost no memory for the update)."""
+    if not args.use_transformers_continuous_batching:
+        return None
+    from transformers.generation import ContinuousBatchingConfig
+
+    kwargs = dict(args.transformers_continuous_batching_config or {})
+    kwargs.setdefault("max_memory_percent", 0.5)
+    return ContinuousBatchingConfig(**kwargs)

@@ -8,10 +8,14 @@ so this path needs GPUs; `benchmarks/gpu_check.sh` runs it end to end.
 from __future__ import annotations
 
 from accelerate.utils import broadcast_object_list, gather_object
+from transformers.utils import logging
 
 from .base import gathered_parameters
 from .vllm_base import VLLMGenerator
 from .vllm_settings import server_base_urls
+
+
+logger = logging.get_logger(__name__)
 
 
 class VLLMServerGenerator(VLLMGenerator):
@@ -35,6 +39,8 @@ class VLLMServerGenerator(VLLMGenerator):
                     ) from error
                 client.init_communicator(device=accelerator.device)
                 self.clients.append(client)
+                if args.vllm_importance_sampling_correction and i in self.trainable:
+                    warn_if_logprobs_unprocessed(client, i, url)
         accelerator.wait_for_everyone()
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
@@ -65,3 +71,15 @@ class VLLMServerGenerator(VLLMGenerator):
                     metadata = [(n, str(p.dtype).removeprefix("torch."), list(p.shape)) for n, p in named]
                     self.clients[agent].update_named_params(metadata, iter(named))
                     self.clients[agent].reset_prefix_cache()
+
+
+def warn_if_logprobs_unprocessed(client, agent: int, url: str) -> None:
+    """GRPOTrainer's warning, for one agent's server: the importance-sampling correction needs the log-probs after
+    temperature scaling and logit processing (`--logprobs-mode processed_logprobs`, which `trl vllm-serve` sets)."""
+    logprobs_mode = client.get_server_info()["model_config"]["logprobs_mode"]
+    if logprobs_mode != "processed_logprobs":
+        logger.warning(
+            f"MAGRPOTrainer: agent {agent}'s vLLM server at {url} runs with `--logprobs-mode {logprobs_mode}`, which "
+            "biases the importance sampling correction. Restart it with `--logprobs-mode processed_logprobs`, or set "
+            "`vllm_importance_sampling_correction=False`."
+        )
