@@ -360,6 +360,9 @@ class FakeClient:
     def init_communicator(self, device):
         self.device = device
 
+    def get_server_info(self):  # what `trl vllm-serve` reports; the backend checks its logprobs_mode
+        return {"model_config": {"logprobs_mode": "processed_logprobs"}}
+
     def generate(self, prompts, n, **params):
         self.requests.append({"prompts": prompts, "n": n, **params})
         agent = FakeClient.instances.index(self)

