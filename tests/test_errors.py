@@ -8,7 +8,7 @@ from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 from trl_multiagent.devices import has_accelerator
 
@@ -304,7 +304,11 @@ def test_transition_contract_errors_before_generation(tokenizer, args, data, ret
         (lambda a, b: [1.0] * (len(a) + 1), r"'bad_reward' \(turn 1\) returned 3 values for 2 joint actions"),
         (lambda a, b: [math.nan] * len(a), r"'bad_reward' \(turn 1\) returned nan at index 0"),
         (lambda a, b: ["high"] * len(a), r"'bad_reward' \(turn 1\) returned a non-number at index 0: 'high'"),
-        (lambda a, b: 1.0, r"'bad_reward' \(turn 1\) must return a list of 2 floats.*got 1.0"),
+        (
+            lambda a, b: 1.0,
+            r"'bad_reward' \(turn 1\) must return a list of 2 floats.*got 1.0\. If it scores one joint action per "
+            r"call, wrap it: per_joint_action\(bad_reward\)",
+        ),
     ],
 )
 def test_reward_contract_errors_before_generation(tokenizer, args, data, returned, message):
@@ -312,6 +316,41 @@ def test_reward_contract_errors_before_generation(tokenizer, args, data, returne
         return returned(completions1, completions2)
 
     with pytest.raises((ValueError, TypeError), match=message):
+        build(tokenizer, args, data, reward_func=bad_reward)
+
+
+def test_a_joint_reward_returning_one_value_for_two_joint_actions_fails_when_built(tokenizer, args, data):
+    """Stated `joint`, `[0.5]` is an error, not CoMLRL's one-joint-action-per-call convention (see test_rewards.py)."""
+
+    @joint
+    def half(completions1, completions2):
+        return [0.5]
+
+    message = r"'half' \(turn 1\) returned 1 value for 2 joint actions; it must return one per joint action"
+    with pytest.raises(ValueError, match=message):
+        build(tokenizer, args, data, reward_func=half)
+
+
+@pytest.mark.parametrize(
+    "logged, message",
+    [
+        (
+            lambda log_extra, n: log_extra("note", ["x"]),
+            r"'bad_reward' \(turn 1\): log_extra\('note', ...\) got \['x'\]; it takes a list of 2 values, one per "
+            r"joint action",
+        ),
+        (
+            lambda log_extra, n: log_extra("turn", ["x"] * n),
+            r"log_extra\('turn', ...\) names a column of the completions table itself",
+        ),
+    ],
+)
+def test_log_extra_misuse_fails_before_generation(tokenizer, args, data, logged, message):
+    def bad_reward(completions1, completions2, log_extra):
+        logged(log_extra, len(completions1))
+        return [0.0] * len(completions1)
+
+    with pytest.raises(ValueError, match=message):
         build(tokenizer, args, data, reward_func=bad_reward)
 
 
@@ -489,7 +528,7 @@ def test_quantization_config_without_bitsandbytes_on_a_gpu_is_refused_before_loa
         build(tokenizer, args, data, quantization_config=BitsAndBytesConfig(load_in_4bit=True))
 
 
-@pytest.mark.parametrize("column", ["turn", "batch_items", "prompt_history_per_agent", "reward"])
+@pytest.mark.parametrize("column", ["turn", "batch_items", "log_extra", "prompt_history_per_agent", "reward"])
 def test_a_dataset_column_named_like_a_passed_keyword_is_refused(tokenizer, args, column):
     data = Dataset.from_dict({"prompt": SEED_PROMPTS, column: [0] * len(SEED_PROMPTS)})
     with pytest.raises(ValueError, match=rf"the dataset column\(s\) \['{column}'\] have the name of a keyword"):

@@ -1,6 +1,10 @@
 """The reward conventions of `rewards`: CoMLRL's one-joint-action-per-call rewards, TRL's per-agent rewards and
-reward models in a team, and their mix with joint rewards under `reward_weights`."""
+reward models in a team, and their mix with joint rewards under `reward_weights`; conventions stated with `joint`,
+`per_agent` and `per_joint_action`, the inferred ones said once; TRL's `log_extra` columns in the completions table."""
 
+import asyncio
+
+import pandas as pd
 import pytest
 import torch
 from conftest import SEED_PROMPTS
@@ -8,9 +12,10 @@ from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
 from trl.rewards import think_format_reward
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_joint_action
 from trl_multiagent.demo.testing import make_model, make_tokenizer
-from trl_multiagent.rollout.rewards import aggregate_agents, is_per_agent
+from trl_multiagent.rollout import rewards as rewards_module
+from trl_multiagent.rollout.rewards import JointReward, aggregate_agents, is_per_agent
 
 
 CHAT_TEMPLATE = (
@@ -171,3 +176,174 @@ def test_a_reward_model_scores_each_agent_as_trl_scores_it(tmp_path, tokenizer):
     assert log["turn_1/rewards/tiny-rm/mean"] == pytest.approx(
         (log["agent_0/rewards/tiny-rm/mean"] + log["agent_1/rewards/tiny-rm/mean"]) / 2, abs=1e-5
     )
+
+
+def joint_actions(logs, num_generations=2):
+    """The completions table's rows as (agent 0's row, agent 1's row) per joint action (aligned: the table lists each
+    node's K completions of agent 0, then agent 1's)."""
+    rows, k = len(logs["prompt"]), num_generations
+    return [(start + j, start + k + j) for start in range(0, rows, 2 * k) for j in range(k)]
+
+
+def test_each_stated_convention_gives_the_trainer_its_values(tmp_path, tokenizer, caplog):
+    """Each wrapper overrides what the signature would say: `joint` on a TRL-looking `(completions, **kwargs)` gets
+    the agents' lists; `per_agent` on a one-parameter function scores each agent (mean over agents); an async
+    `per_joint_action` returning a bare number is called once per joint action. No inference is announced."""
+    calls = []
+
+    @joint
+    def difference(completions, **kwargs):  # unwrapped: TRL's per-agent convention; here one list per agent
+        calls.append(("difference", len(completions[0])))
+        return [float(len(a) - len(b)) for a, b in zip(*completions, strict=True)]
+
+    @per_agent
+    def length(completions):  # unwrapped: joint, one list of the agents' lists
+        return [float(len(c)) for c in completions]
+
+    @per_joint_action
+    async def first_length(completions1, completions2):
+        await asyncio.sleep(0)
+        calls.append(("first_length", len(completions1)))
+        return float(len(completions1[0]))  # one value, not in a list
+
+    rewards_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        trainer, log = train(
+            tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}),
+            reward_funcs=[difference, length, first_length],
+            args=config(tmp_path, reward_weights=[1.0, 2.0, 3.0], log_completions=True),
+        )  # fmt: skip
+    assert "is read as" not in caplog.text  # stated: nothing inferred
+    assert trainer.environment.joint_reward.names == ["difference", "length", "first_length"]
+    assert trainer.environment.joint_reward.per_agent == [False, True, False]
+    # build time (2 joint actions): one call of the joint function, 2 of the per-joint-action one; then 4 joint actions
+    assert [c for c in calls if c[0] == "difference"] == [("difference", 2), ("difference", 4)]
+    assert [c for c in calls if c[0] == "first_length"] == [("first_length", 1)] * (2 + 4)
+    logs, totals = trainer._logs, []
+    for a, b in joint_actions(logs):
+        x, y = logs["completion"][a], logs["completion"][b]
+        expected = {"difference": len(x) - len(y), "length": (len(x) + len(y)) / 2, "first_length": len(x)}
+        for name, value in expected.items():
+            assert logs["rewards"][name][a] == logs["rewards"][name][b] == pytest.approx(value), name
+        totals.append(expected["difference"] + 2 * expected["length"] + 3 * expected["first_length"])
+    assert len(totals) == 4 and log["turn_1/reward_mean"] == pytest.approx(sum(totals) / 4)
+
+
+def test_wrappers_keep_the_name_and_refuse_a_reward_model():
+    async def scored(completions1, completions2):
+        return [1.0] * len(completions1)
+
+    wrapped = joint(scored)
+    assert wrapped.__name__ == "scored" and asyncio.iscoroutinefunction(wrapped)
+    assert JointReward([wrapped], None, num_agents=2)([["a", "b"], ["c", "d"]], 1, {})[0] == [1.0, 1.0]
+    with pytest.raises(TypeError, match=r"per_agent\(...\) takes a reward function; got str .*always per-agent"):
+        per_agent("some/reward-model")
+
+
+def test_one_value_for_two_joint_actions_is_read_per_joint_action_and_said_once(tmp_path, tokenizer, caplog):
+    """A joint reward returning `[0.5]` for the build-time call's 2 joint actions: said at WARNING, once, naming the
+    function and both ways out; then called once per joint action, it trains on its values."""
+    calls = []
+
+    def constant(completions1, completions2):
+        calls.append(len(completions1))
+        return [0.5]
+
+    rewards_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        trainer, log = train(tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_func=constant)
+    said = (
+        "Reward function 'constant' returned 1 value for 2 joint actions (turn 1), so it is read as CoMLRL's "
+        "per-joint-action convention: it will be called once per joint action"
+    )
+    assert caplog.text.count(said) == 1
+    assert "state it with per_joint_action(constant)" in caplog.text
+    assert "If this is a bug, return one value per joint action" in caplog.text
+    assert trainer.environment.joint_reward.one_action_per_call == [True]
+    assert calls == [2, 1, 1] + [1] * 4  # the build-time call, its 2 joint actions one by one, the step's 4
+    assert log["turn_1/reward_mean"] == 0.5 and log["turn_1/reward_std"] == 0.0
+
+
+def test_a_wrong_count_is_an_error_naming_the_function_the_turn_and_the_counts():
+    """`joint` makes `[0.5]` for 2 joint actions an error; 3 values for 4 fail with or without it; a reward that
+    returned one value, read per joint action, is told why it is called so when it then fails."""
+
+    def half(completions1, completions2):
+        return [0.5]
+
+    def three(completions1, completions2):
+        return [0.0] * 3
+
+    two, four = [["a", "b"], ["c", "d"]], [["a"] * 4, ["b"] * 4]
+    with pytest.raises(ValueError, match=r"'half' \(turn 2\) returned 1 value for 2 joint actions; it must return"):
+        JointReward([joint(half)], None, num_agents=2)(two, 2, {})
+    for func in (three, joint(three)):
+        with pytest.raises(ValueError, match=r"'three' \(turn 1\) returned 3 values for 4 joint actions"):
+            JointReward([func], None, num_agents=2)(four, 1, {})
+
+    def shrinking(completions1, completions2):
+        return [0.0] * (len(completions1) - 1)
+
+    reward = JointReward([shrinking], None, num_agents=2)
+    with pytest.raises(ValueError, match=r"'shrinking' \(turn 1, called once per joint action since it returned 1 "):
+        reward(two, 1, {})
+    with pytest.raises(ValueError, match=r"per_joint_action\(shrinking\) states\) returned 0 values for 1 joint"):
+        JointReward([per_joint_action(shrinking)], None, num_agents=2)(two, 1, {})
+
+
+def test_a_convention_read_from_a_signature_is_said_once_with_how_to_state_it(caplog):
+    def correctness(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def together(completions):
+        return [1.0] * len(completions[0])
+
+    rewards_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        JointReward([correctness, together, think_format_reward], None, num_agents=2)
+        JointReward([correctness, together], None, num_agents=2)  # a second trainer: not said again
+    assert caplog.text.count("Reward function 'correctness' names `completions`") == 1
+    assert "read as TRL's per-agent convention" in caplog.text and "per_agent(correctness)" in caplog.text
+    assert caplog.text.count("Reward function 'together' takes one positional parameter") == 1
+    assert "joint(together)" in caplog.text
+    assert "think_format_reward" not in caplog.text  # TRL's own rewards are per-agent
+    caplog.clear()
+    rewards_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        JointReward([per_agent(correctness), joint(together)], None, num_agents=2)
+    assert caplog.text == ""
+
+
+def test_log_extra_columns_join_the_completions_table(tmp_path, tokenizer):
+    """TRL's `log_extra(column, values)`: a joint reward's value per joint action goes to both agents' rows, a
+    per-agent reward's to its agent's row, a per-joint-action reward's one value to its joint action; the columns are
+    in the table the trainer logs (and writes to `completions/`)."""
+
+    def pair(completions1, completions2, log_extra):
+        log_extra("answers", [f"{a}|{b}" for a, b in zip(completions1, completions2, strict=True)])
+        return [0.0] * len(completions1)
+
+    def characters(completions, log_extra, **kwargs):
+        log_extra("length", [len(c) for c in completions])
+        return [0.0] * len(completions)
+
+    @per_joint_action
+    def first_word(completions1, completions2, log_extra):
+        log_extra("word", [completions1[0].split(" ")[0]])
+        return 0.0
+
+    trainer, _ = train(
+        tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_funcs=[pair, characters, first_word],
+        args=config(tmp_path, log_completions=True, logging_steps=1),
+    )  # fmt: skip
+    logs = trainer._logs
+    extra = logs["extra"]
+    assert list(extra) == ["agent", "turn", "answers", "length", "word"]
+    assert all(len(column) == len(logs["completion"]) == 8 for column in extra.values())
+    for a, b in joint_actions(logs):
+        x, y = logs["completion"][a], logs["completion"][b]
+        assert extra["answers"][a] == extra["answers"][b] == f"{x}|{y}"
+        assert (extra["length"][a], extra["length"][b]) == (len(x), len(y))
+        assert extra["word"][a] == extra["word"][b] == x.split(" ")[0]
+    written = pd.read_parquet(tmp_path / "run" / "completions" / "completions_00001.parquet")
+    assert list(written["answers"]) == list(extra["answers"])

@@ -6,6 +6,7 @@ with a single `gather_object` and `rollout_metrics` turns the list into the logg
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -142,9 +143,12 @@ def rollout_metrics(
     return metrics
 
 
-def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, action_rewards: dict, reward_names: list) -> list:
+def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, environment) -> list:
     """One row per completion of the tree (agent, turn, prompt, completion, advantage, and each reward function's
-    mean joint value over the joint actions it took part in), for `log_completions`' table."""
+    mean joint value over the joint actions it took part in), for `log_completions`' table; from the generation's
+    `rollout.environment.TeamEnvironment`: its `action_rewards` and the rewards' `log_extra` columns (`extra_columns`:
+    column -> {(joint action id, agent or None): value}; each completion gets its joint actions' `extra_value`)."""
+    action_rewards, reward_names = environment.action_rewards, environment.joint_reward.names
     rows = []
     for n, node in enumerate(tree.nodes):
         for i, completions in enumerate(node.completions):
@@ -164,14 +168,38 @@ def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, action_rewa
                 }
                 if node.tool_calls:  # the agents had tools
                     row["tool_calls"] = node.tool_calls[i][k]
+                row["log_extra"] = {
+                    column: extra_value([values.get((a, i), values.get((a, None))) for a in actions])
+                    for column, values in environment.extra_columns.items()
+                }
                 rows.append(row)
     return rows
 
 
+def extra_value(values: list):
+    """A completion's cell of a `log_extra` column, from the values of the joint actions it took part in (several
+    with `joint_mode="cross"`): the value they share, their mean when they are numbers (as the rewards columns), else
+    their list; None without any.
+
+    >>> extra_value(["a", "a"]), extra_value([1, 2.0, None]), extra_value(["a", "b"]), extra_value([None])
+    ('a', 1.5, ['a', 'b'], None)
+    """
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    if all(v == values[0] for v in values[1:]):
+        return values[0]
+    if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+        return _mean(values)
+    return values
+
+
 def completion_logs(rows: list[dict]) -> dict:
     """`completion_log_rows` of every process in the layout of GRPOTrainer's `_logs`, which its `log` prints
-    (`num_completions_to_print`), writes to `output_dir/completions/` and sends to the trackers as a table."""
+    (`num_completions_to_print`), writes to `output_dir/completions/` and sends to the trackers as a table. The
+    rewards' `log_extra` columns follow the trainer's own extra columns (None in a row without a value)."""
     names = list(rows[0]["rewards"]) if rows else []
+    logged = list(dict.fromkeys(column for row in rows for column in row.get("log_extra", {})))
     return {
         "images": deque(),
         "prompt": deque(row["prompt"] for row in rows),
@@ -182,5 +210,6 @@ def completion_logs(rows: list[dict]) -> dict:
             column: deque(row[column] for row in rows)
             for column in ("agent", "turn", "tool_calls")
             if column != "tool_calls" or any("tool_calls" in row for row in rows)
-        },
+        }
+        | {column: deque(row.get("log_extra", {}).get(column) for row in rows) for column in logged},
     }

@@ -252,8 +252,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         if sampling:
             self._log_metrics(mode, reduce_sampling_stats(gather_object([sampling])))
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
-            env = self.environment
-            table = completion_log_rows(tree, advantages, env.action_rewards, env.joint_reward.names)
+            table = completion_log_rows(tree, advantages, self.environment)
             self._logs = completion_logs(gather_object(table))
         for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. CoMLRL's eval_logger and eval_aggregator
             self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))

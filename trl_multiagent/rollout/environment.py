@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from transformers import TrainerState
@@ -47,7 +48,9 @@ class TeamEnvironment:
         worlds: the team's environments (`rollout.worlds.Worlds`), or None.
 
     The rewards get the trainer's state as `trainer_state` and TRL's `log_metric(name, value)`: a fresh `TrainerState`
-    and a no-op until the trainer calls `bind` (the build-time check runs before the trainer exists).
+    and a no-op until the trainer calls `bind` (the build-time check runs before the trainer exists). TRL's
+    `log_extra(column, values)` keeps each joint action's value in `extra_columns` for the completions table (the
+    build-time check's are checked, then dropped).
     """
 
     def __init__(
@@ -78,6 +81,14 @@ class TeamEnvironment:
         if self._trainer is not None:
             self._trainer.log_metric(name, value)
 
+    def _log_extra(self, action_ids: list[int] | None, column: str, entries: list[tuple]) -> None:
+        """`rewards.JointReward`'s `log_extra` sink: `(index in action_ids, agent or None, value)` entries; None
+        `action_ids` (the build-time check) keeps nothing."""
+        if action_ids is not None:
+            values = self.extra_columns.setdefault(column, {})
+            for j, agent, value in entries:
+                values[(action_ids[j], agent)] = value
+
     def start(self, num_turns: int) -> None:
         """Before a generation: clear the timing and the scored values."""
         self.seconds = {"reward": 0.0, "transition": 0.0}
@@ -85,6 +96,8 @@ class TeamEnvironment:
         self.reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)}
         self.agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
         self.action_rewards = {}  # joint action id -> each function's joint value (the completions table)
+        # `log_extra` column -> {(joint action id, agent or None for every agent): value} (the completions table)
+        self.extra_columns: dict[str, dict[tuple[int, int | None], Any]] = {}
         self.samples = {t: [] for t in range(1, num_turns + 1)}  # turn -> (answers, joint reward), as scored
 
     # ------------------------------------------------------------------ the rollout's three calls
@@ -118,6 +131,7 @@ class TeamEnvironment:
         ]
         worlds = [a.environment for a in actions]
         keywords = self.reward_keywords([rows[node.row] for node in nodes], [node.prompts for node in nodes], worlds)
+        keywords["log_extra"] = partial(self._log_extra, action_ids)
         messages = None
         if nodes and nodes[0].messages:  # the agents had tools: TRL's rewards get their messages
             messages = [
@@ -183,6 +197,7 @@ class TeamEnvironment:
             "trainer_state": self.trainer_state(),
             "batch_items": rows,  # CoMLRL's name for the dataset row of each joint action
             "log_metric": self.log_metric,
+            "log_extra": partial(self._log_extra, None),  # `score` keeps the values of its joint actions
         }
         if self.worlds is not None:
             keywords["environments"] = worlds

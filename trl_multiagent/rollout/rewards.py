@@ -1,28 +1,34 @@
 """The team's reward: joint reward functions, per-agent rewards in TRL's convention, and their weighted sum.
 
-Every entry of `reward_funcs` follows one of three conventions, told apart by one rule each:
+Every entry of `reward_funcs` follows one of three conventions. A function wrapped in `joint`, `per_agent` or
+`per_joint_action` follows the one it states; any other is read by one rule each, and a rule that reads a function's
+convention from its signature or its return shape says so once, at WARNING, with how to state it:
 
-* **Per-agent, TRL's** (`is_per_agent`): a model id or a model (a sequence-classification reward model), or a
-  function that names `completions` or `completion_ids` and takes ``**kwargs`` (all of ``trl.rewards``, a TRL
-  recipe's own rewards). It scores one agent's completions, called as TRL calls it
-  (``f(prompts=, completions=, completion_ids=, trainer_state=, <dataset columns>)``) once per agent; the agents'
-  values become the joint reward by `MAGRPOConfig.agent_reward_aggregation` (mean over agents by default).
-* **Joint, batched** (the default for every other function): ``f(completions_agent_0, completions_agent_1, ...)``,
-  one list per agent aligned by joint action, returns one value per joint action. A function with a single
-  positional parameter gets one list of the agents' lists instead, as CoMLRL calls it.
-* **Joint, one joint action per call** (CoMLRL 1.4.3's convention): a joint function that returns a list of one
-  value when given several joint actions. It is then called once per joint action, with one-element lists and
-  ``batch_items=[row]`` and ``prompts=[agent 0's prompt]`` as CoMLRL passes them, and its first value is kept. The first call with more than one joint action decides (the
-  trainer's build-time check makes one with two); the choice is logged once per function.
+* **Per-agent, TRL's** (`is_per_agent`): a model id or a model (a sequence-classification reward model), a function
+  wrapped in `per_agent`, or a function that names `completions` or `completion_ids` and takes ``**kwargs`` (all of
+  ``trl.rewards``, a TRL recipe's own rewards; the functions of TRL's own package are not warned about). It scores one
+  agent's completions, called as TRL calls it (``f(prompts=, completions=, completion_ids=, trainer_state=,
+  <dataset columns>)``) once per agent; the agents' values become the joint reward by
+  `MAGRPOConfig.agent_reward_aggregation` (mean over agents by default).
+* **Joint, batched** (`joint`, and the default for every other function): ``f(completions_agent_0,
+  completions_agent_1, ...)``, one list per agent aligned by joint action, returns one value per joint action. A
+  function with a single positional parameter gets one list of the agents' lists instead, as CoMLRL calls it.
+* **Joint, one joint action per call** (`per_joint_action`, CoMLRL 1.4.3's convention): called once per joint action,
+  with one-element lists and ``batch_items=[row]`` and ``prompts=[agent 0's prompt]`` as CoMLRL passes them; it returns
+  one value or a list of one. Without the wrapper, a joint function that returns a list of one value when given
+  several joint actions is read so (its first value is kept). The first call with more than one joint action decides
+  (the trainer's build-time check makes one with two).
 
 Keywords are passed only when the function names them or takes ``**kwargs``: ``prompts`` (per agent, or for a
 per-agent reward that agent's), ``turn``, ``trainer_state``, ``batch_items`` (the dataset row of each joint action),
-``log_metric(name, value)`` (TRL's: a scalar logged with the step's metrics), with `environment_factory`
-``environments`` (each joint action's world, `rollout.worlds`) and the dataset columns.
+TRL's ``log_metric(name, value)`` (a scalar logged with the step's metrics) and ``log_extra(column, values)`` (a
+column of the completions table, one value per joint action: per completion for a per-agent reward), with
+`environment_factory` ``environments`` (each joint action's world, `rollout.worlds`) and the dataset columns.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
@@ -38,6 +44,9 @@ from .callables import _parameters, _pick_keywords, _run, _short, _unknown_param
 
 logger = logging.get_logger(__name__)
 
+_CONVENTION = "__trl_multiagent_convention__"  # the attribute a wrapper sets (`stated_convention` reads it)
+# The completions table's own columns (TRL's `log` and `metrics.completion_logs`): `log_extra` may not replace one.
+TABLE_COLUMNS = ("step", "prompt", "completion", "advantage", "agent", "turn", "tool_calls")
 AGENT_REWARD_AGGREGATIONS = {"mean": lambda values: sum(values) / len(values), "sum": sum, "min": min, "max": max}
 PER_AGENT_NAMES = ("completions", "completion_ids")
 
@@ -82,15 +91,113 @@ def aggregate_agents(aggregation, per_agent: list[list[float | None]]) -> list[f
     return out
 
 
+def joint(func: Callable) -> Callable:
+    """State that `func` is a joint reward: ``func(completions_agent_0, completions_agent_1, ...)``, one list of
+    completions per agent aligned by joint action (a function with one positional parameter gets one list of the
+    agents' lists), returning one value per joint action. A wrong count is then an error, never read as CoMLRL's
+    one-joint-action-per-call convention.
+
+    >>> @joint
+    ... def same_length(completions_0, completions_1):
+    ...     return [float(len(a) == len(b)) for a, b in zip(completions_0, completions_1)]
+    >>> total, _, _ = JointReward([same_length], None, num_agents=2)([["ab", "c"], ["xy", "zz"]], 1, {})
+    >>> total
+    [1.0, 0.0]
+    """
+    return _stated(func, "joint")
+
+
+def per_agent(func: Callable) -> Callable:
+    """State that `func` is a per-agent reward in TRL's convention, ``func(completions, **kwargs)`` called by keywords
+    (``prompts``, ``completions``, ``completion_ids``, the dataset columns, ...; the ones it names): it scores one
+    agent's completions and is called once per agent; `MAGRPOConfig.agent_reward_aggregation` (mean by default) makes
+    the joint reward of the agents' values.
+
+    >>> @per_agent
+    ... def length(completions):
+    ...     return [float(len(c)) for c in completions]
+    >>> total, _, by_agent = JointReward([length], None, num_agents=2)([["ab", "c"], ["wxyz", "z"]], 1, {})
+    >>> total, by_agent[0]
+    ([3.0, 1.0], [[2.0, 1.0], [4.0, 1.0]])
+    """
+    return _stated(func, "per_agent")
+
+
+def per_joint_action(func: Callable) -> Callable:
+    """State that `func` scores one joint action per call (CoMLRL 1.4.3's convention): it is called once per joint
+    action with one-element lists (``completions_agent_i[0]``), ``batch_items=[row]`` and ``prompts=[agent 0's
+    prompt]``, and returns one value or a list of one value.
+
+    >>> @per_joint_action
+    ... def agree(completions_0, completions_1):
+    ...     return 1.0 if completions_0[0] == completions_1[0] else 0.0
+    >>> total, _, _ = JointReward([agree], None, num_agents=2)([["a", "b"], ["a", "c"]], 1, {})
+    >>> total
+    [1.0, 0.0]
+    """
+    return _stated(func, "per_joint_action")
+
+
+def _stated(func: Callable, convention: str) -> Callable:
+    """`func` behind a wrapper that carries its convention (sync or async as `func` is); its name and signature are
+    `func`'s."""
+    if isinstance(func, (str, torch.nn.Module)) or not callable(func):
+        raise TypeError(
+            f"{convention}(...) takes a reward function; got {type(func).__name__} {_short(func, 80)}. A reward model "
+            "(a model or its id) is always per-agent: put it in `reward_funcs` as it is."
+        )
+    if inspect.iscoroutinefunction(func):
+
+        async def stated(*args, **kwargs):
+            return await func(*args, **kwargs)
+
+    else:
+
+        def stated(*args, **kwargs):
+            return func(*args, **kwargs)
+
+    functools.update_wrapper(stated, func)  # `__wrapped__`: `inspect.signature` reads `func`'s parameters
+    stated.__name__ = callable_name(func)
+    setattr(stated, _CONVENTION, convention)
+    return stated
+
+
+def stated_convention(func) -> str | None:
+    """The convention a `joint`, `per_agent` or `per_joint_action` wrapper states, or None (it is inferred)."""
+    return getattr(func, _CONVENTION, None)
+
+
 def is_per_agent(func) -> bool:
-    """TRL's convention: a reward model (id or module), or a function naming `completions`/`completion_ids` and
-    taking ``**kwargs``."""
+    """TRL's convention: a reward model (id or module), a function wrapped in `per_agent`, or an unwrapped function
+    naming `completions`/`completion_ids` and taking ``**kwargs``."""
     if isinstance(func, (str, torch.nn.Module)):
         return True
     if not callable(func):
         return False
+    if stated_convention(func) is not None:
+        return stated_convention(func) == "per_agent"
     names, takes_any = _parameters(func)
     return takes_any and any(name in names for name in PER_AGENT_NAMES)
+
+
+def _say_inferred(func, name: str, per_agent: bool, one_list: bool) -> None:
+    """Once per function, at WARNING: the convention read from its signature, and how to state it."""
+    if stated_convention(func) is not None or isinstance(func, (str, torch.nn.Module)):
+        return
+    if per_agent and not getattr(func, "__module__", "").startswith("trl."):  # TRL's own rewards are per-agent
+        logger.warning_once(
+            f"Reward function {name!r} names `completions` or `completion_ids` and takes **kwargs, so it is read as "
+            "TRL's per-agent convention: it will be called once per agent with that agent's completions, and "
+            "MAGRPOConfig.agent_reward_aggregation combines the agents' values into the joint reward. State it with "
+            f"per_agent({name}) (from trl_multiagent), or joint({name}) if it scores the agents' answers together."
+        )
+    elif one_list:
+        logger.warning_once(
+            f"Reward function {name!r} takes one positional parameter, so it is read as a joint reward called with "
+            "one list of the agents' completion lists (CoMLRL's call: `completions[i][j]` is agent i's answer in "
+            f"joint action j), returning one value per joint action. State it with joint({name}) (from "
+            f"trl_multiagent), or per_agent({name}) if it scores one agent's completions (TRL's convention)."
+        )
 
 
 def reward_name(func) -> str:
@@ -105,7 +212,7 @@ def reward_name(func) -> str:
 class JointReward:
     """The weighted sum of the team's reward functions, each called by its convention (see the module docstring)."""
 
-    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items", "log_metric", "environments")
+    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items", "log_metric", "log_extra", "environments")
 
     def __init__(
         self,
@@ -129,14 +236,20 @@ class JointReward:
         self.names = [reward_name(f) for f in self.funcs]
         self.num_agents = num_agents
         self.per_agent = [is_per_agent(f) for f in self.funcs]
-        # per function: None until a call with several joint actions shows whether it scores them all at once
-        self.one_action_per_call: list[bool | None] = [False if p else None for p in self.per_agent]
+        stated = [stated_convention(f) for f in self.funcs]
+        # per function: True for CoMLRL's convention; None until a call with several joint actions shows whether an
+        # unwrapped joint function scores them all at once
+        self.one_action_per_call: list[bool | None] = [
+            False if p else {"joint": False, "per_joint_action": True}.get(c)
+            for p, c in zip(self.per_agent, stated, strict=True)
+        ]
         self.one_list = [False] * len(self.funcs)
         self.processing_classes: list = [None] * len(self.funcs)
         for f, (func, name) in enumerate(zip(self.funcs, self.names, strict=True)):
             if self.per_agent[f]:
                 if not isinstance(func, (str, torch.nn.Module)):
                     self._check_binds(func, name, [], PER_AGENT_NAMES, columns, "as TRL calls it, by keywords")
+                _say_inferred(func, name, per_agent=True, one_list=False)
                 continue
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
@@ -148,6 +261,7 @@ class JointReward:
                 else (f"{num_agents} positional lists of completions (one per agent)")
             )
             self._check_binds(func, name, args, (), columns, f"with {shape}")
+            _say_inferred(func, name, per_agent=False, one_list=self.one_list[f])
 
     def _check_binds(self, func, name, args, required, columns, how: str) -> None:
         keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *required, *columns]))
@@ -211,26 +325,27 @@ class JointReward:
         name = self.names[f]
         if self.one_action_per_call[f]:
             return [self._one_action(f, completions, keywords, j, turn) for j in range(count)]
-        values = self._call_joint(f, completions, keywords)
+        values = self._call_joint(f, completions, keywords, list(range(count)), turn)
         if self.one_action_per_call[f] is None and count > 1:
             one = isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and len(values) == 1
             self.one_action_per_call[f] = one
-            logger.info_once(
-                f"Reward function {name!r} "
-                + (
-                    "returned one value for several joint actions: it is called once per joint action, with "
-                    "one-element lists and batch_items=[row] (CoMLRL's convention)."
-                    if one
-                    else "scores all joint actions of a turn in one call (one list per agent)."
-                )
-            )
             if one:
+                logger.warning_once(
+                    f"Reward function {name!r} returned 1 value for {count} joint actions (turn {turn}), so it is read "
+                    "as CoMLRL's per-joint-action convention: it will be called once per joint action, with "
+                    "one-element lists, batch_items=[row] and prompts=[agent 0's prompt], and its value kept. If it "
+                    f"scores one joint action per call, state it with per_joint_action({name}) (from trl_multiagent). "
+                    "If this is a bug, return one value per joint action (as many as each list of completions has), "
+                    f"and state joint({name}) to make a wrong count an error."
+                )
                 return [self._one_action(f, completions, keywords, j, turn) for j in range(count)]
-        return check_rewards(name, values, count, turn)
+            logger.info_once(f"Reward function {name!r} scores all joint actions of a turn in one call (joint).")
+        return check_rewards(name, values, count, turn, joint=True)
 
-    def _call_joint(self, f: int, completions, keywords: dict):
+    def _call_joint(self, f: int, completions, keywords: dict, actions: list[int], turn: int):
         func = self.funcs[f]
         args = [list(completions)] if self.one_list[f] else completions
+        keywords = self._with_log_extra(f, keywords, actions, turn)
         return _run(func(*args, **_pick_keywords(func, keywords)))
 
     def _one_action(self, f: int, completions, keywords: dict, j: int, turn: int) -> float | None:
@@ -243,8 +358,41 @@ class JointReward:
                 one[key] = [value[j]]  # a dataset column, or the rows
             else:
                 one[key] = value
-        values = self._call_joint(f, [[c[j]] for c in completions], one)
-        return check_rewards(self.names[f], values, 1, turn)[0]
+        values = self._call_joint(f, [[c[j]] for c in completions], one, [j], turn)
+        if isinstance(values, numbers.Real) and not isinstance(values, bool):
+            values = [values]  # one value, not in a list
+        name = self.names[f]
+        why = (
+            f"as per_joint_action({name}) states"
+            if stated_convention(self.funcs[f]) == "per_joint_action"
+            else "since it returned 1 value for several"
+        )
+        return check_rewards(name, values, 1, turn, f", called once per joint action {why}")[0]
+
+    def _with_log_extra(self, f: int, keywords: dict, actions: list[int], turn: int, agent: int | None = None):
+        """TRL's `log_extra(column, values)` for one call of function `f`: its values, one per joint action of the
+        call (`actions`, indices in the turn's call), go to the environment's `log_extra(column, [(action, agent,
+        value), ...])`; `agent` for a per-agent reward (its values are that agent's completions')."""
+        sink = keywords.get("log_extra")
+        if sink is None:
+            return keywords
+        name = self.names[f] if agent is None else f"{self.names[f]}, agent {agent}"
+
+        def log_extra(column: str, values) -> None:
+            where = f"Reward function {name!r} (turn {turn}): log_extra({column!r}, ...)"
+            if not isinstance(column, str) or column in (*TABLE_COLUMNS, *self.names):
+                raise ValueError(
+                    f"{where} names a column of the completions table itself ({[*TABLE_COLUMNS, *self.names]}) or is "
+                    "not a string; give the column another name."
+                )
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != len(actions):
+                raise ValueError(
+                    f"{where} got {_short(values, 80)}; it takes a list of {len(actions)} values, one per "
+                    f"{'completion' if agent is not None else 'joint action'} of this call, as in TRL."
+                )
+            sink(column, [(j, agent, v) for j, v in zip(actions, list(values), strict=True)])
+
+        return {**keywords, "log_extra": log_extra}
 
     def _agent_values(self, f: int, agent: int, completions, completion_ids, keywords: dict, turn: int, messages=None):
         func, name = self.funcs[f], f"{self.names[f]}, agent {agent}"
@@ -258,6 +406,7 @@ class JointReward:
             texts = messages[agent]
         ids = completion_ids[agent] if completion_ids is not None else [[] for _ in completions]
         trl_keywords = {k: v for k, v in keywords.items() if k not in ("prompts", "batch_items", "turn")}
+        trl_keywords = self._with_log_extra(f, trl_keywords, list(range(len(completions))), turn, agent)
         trl_keywords.update(prompts=prompts, completions=texts, completion_ids=ids)
         values = _run(func(**_pick_keywords(func, trl_keywords)))
         return check_rewards(name, values, len(completions), turn)
@@ -290,16 +439,22 @@ def score_with_model(model, tokenizer, prompts: list, completions: list[str], co
     return model(**inputs.to(device)).logits[:, 0].float().tolist()
 
 
-def check_rewards(name: str, values: Any, count: int, turn: int) -> list[float | None]:
-    """The values as floats (None kept), or a clear error naming the function, the turn and what it returned."""
-    where = f"Reward function {name!r} (turn {turn})"
+def check_rewards(name: str, values: Any, count: int, turn: int, how: str = "", joint: bool = False) -> list:
+    """The values as floats (None kept), or a clear error naming the function, the turn (and `how` it was called) and
+    what it returned. `joint`: a joint function's call, which a bare number shows to score one joint action per call."""
+    where = f"Reward function {name!r} (turn {turn}{how})"
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "tolist"):
-        raise TypeError(f"{where} must return a list of {count} floats, one per joint action; got {values!r}.")
+        hint = ""
+        if joint and isinstance(values, numbers.Real) and count > 1:
+            hint = f" If it scores one joint action per call, wrap it: per_joint_action({name})."
+        raise TypeError(
+            f"{where} must return a list of {count} floats, one per joint action; got {_short(values)}.{hint}"
+        )
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     if len(values) != count:
         raise ValueError(
-            f"{where} returned {len(values)} values for {count} joint actions; it must return one per joint action. "
-            f"Got: {_short(values)}."
+            f"{where} returned {len(values)} value{'s' if len(values) != 1 else ''} for {count} joint "
+            f"action{'s' if count != 1 else ''}; it must return one per joint action. Got: {_short(values)}."
         )
     out = []
     for j, v in enumerate(values):
