@@ -307,7 +307,7 @@ class ToolCalling:
     def suffix_ids(self, agent: int, messages: list[dict]) -> list[int]:
         """The tokens that append `messages` (tool results) to an assistant turn: TRL's own
         `GRPOTrainer._get_tool_suffix_ids`, given this agent's tokenizer and template (a private TRL method, under
-        contract in tests/test_trl_contract.py)."""
+        contract in tests/test_private_api_contract.py)."""
         tokenizer = self.tokenizers[agent]
         owner = types.SimpleNamespace(
             processing_class=tokenizer,
