@@ -5,7 +5,7 @@
 # ///
 """Two agents, two turns, feedback between turns: the length-ratio example as a TRL-style script.
 
-Agent 2 should write an answer 2 to 3 times longer than agent 1's. After turn 1, `length_feedback` tells both agents
+Agent 1 should write an answer 2 to 3 times longer than agent 0's. After turn 1, `length_feedback` tells both agents
 how long their answers were, and they answer again.
 
 Usage:
@@ -61,6 +61,7 @@ from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.examples import (
     PROMPTS,
     as_user_message,
@@ -101,7 +102,8 @@ DEMO_SIZE = {
     "lora_r": 16,
     "lora_alpha": 32,
     "lora_target_modules": "all-linear",
-    "gradient_checkpointing": False,  # TRL turns it on with a GPU; a 135M model does not need it, and it costs time
+    # TRL turns it on with a GPU; a 135M model does not need it, and it costs time (the field's name in this transformers)
+    ACTIVATION_CHECKPOINTING: False,
     "save_strategy": "no",  # pass --save_strategy steps for checkpoints
 }
 
@@ -151,7 +153,7 @@ KEY_FLAGS = {
     "use_vllm": "generate with vLLM engines (see the docs' vLLM page)",
 }
 DESCRIPTION = """\
-Two agents, two turns, feedback between turns: agent 2 should write an answer 2 to 3 times longer than agent 1's,
+Two agents, two turns, feedback between turns: agent 1 should write an answer 2 to 3 times longer than agent 0's,
 and after turn 1 both are told how long their answers were. Trained with MAGRPO (trl_multiagent).
 
   python recipes/length_ratio.py [flags]            one process
@@ -218,7 +220,7 @@ def make_parser() -> TrlParser:
 def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> MAGRPOTrainer:
     if training_args.num_agents != 2:  # MAGRPOConfig's field; the recipe's default is 2
         raise ValueError(
-            f"length_ratio recipe: --num_agents must be 2 (the reward compares agent 2's answer with agent 1's), "
+            f"length_ratio recipe: --num_agents must be 2 (the reward compares agent 1's answer with agent 0's), "
             f"got {training_args.num_agents}."
         )
     if model_args.model_name_or_path is None:

@@ -45,6 +45,7 @@ from trl import ModelConfig, TrlParser
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
 from trl_multiagent.demo.summary import summary_lines
@@ -72,7 +73,7 @@ RECIPE_DEFAULTS = {
     "lora_target_modules": "all-linear",
     "reward_weights": [0.5, 1.0, 1.0],  # tool_use, full_code, Notebook (the environment's reward comes last)
     "logging_steps": 1,
-    "gradient_checkpointing": False,
+    ACTIVATION_CHECKPOINTING: False,  # the field's name in this transformers (`config.ACTIVATION_CHECKPOINTING`)
     "save_strategy": "no",
     "report_to": "none",
     "seed": 0,

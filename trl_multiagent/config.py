@@ -9,6 +9,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from transformers import TrainingArguments
 from transformers.utils import logging
 from trl import GRPOConfig
 
@@ -21,6 +22,14 @@ from .update.chunking import check_loss_type
 
 
 logger = logging.get_logger(__name__)
+
+# The field that turns activation checkpointing on: transformers 5.24 renamed `gradient_checkpointing` (still accepted,
+# with a FutureWarning) to `activation_checkpointing`; 5.19 has only the old name.
+ACTIVATION_CHECKPOINTING = next(
+    name
+    for name in ("activation_checkpointing", "gradient_checkpointing")
+    if name in TrainingArguments.__dataclass_fields__
+)
 
 # GRPOConfig fields that MAGRPOTrainer does not implement: refused when set, with what to do instead.
 UNSUPPORTED_FIELDS = {
@@ -270,12 +279,8 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             logger.info_once(
                 "MAGRPOConfig: ddp_find_unused_parameters=False (every agent runs a forward on every micro-step)."
             )
-        # transformers 5.24 names it `activation_checkpointing` (`gradient_checkpointing`, its alias, warns when set);
-        # 5.19 has only `gradient_checkpointing`
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
-            name = (
-                "activation_checkpointing" if hasattr(self, "activation_checkpointing") else "gradient_checkpointing"
-            )
+            name = ACTIVATION_CHECKPOINTING
             setattr(self, name, has_accelerator())
             if not has_accelerator():
                 logger.info_once(

@@ -6,7 +6,7 @@ process beyond the package itself. Importing it runs `trl_multiagent/__init__.py
 builds on), so both workers of `benchmarks/bench_vs_comlrl.py` import `trl_multiagent` before they take their memory
 baseline, and neither side counts it.
 
-Agent 2's answer should be 2 to 3 times as long as agent 1's:
+Agent 1's answer should be 2 to 3 times as long as agent 0's (agents are numbered from 0, as their `agent_{i}` folders):
 
 >>> from trl_multiagent.demo.examples import length_feedback, length_ratio_reward
 >>> length_ratio_reward(["four", "four"], ["ten chars.", "four"])

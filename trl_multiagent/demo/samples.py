@@ -6,8 +6,8 @@ prints them when the first and the last step end (main process), and keeps them 
 >>> print("\\n".join(format_samples(3, {1: [(["A city of glass.", "Towers of cloud rise over a sea..."], 0.61)]})))
 Sample joint answers at step 3:
   turn 1, reward 0.610
-    agent 1: A city of glass.
-    agent 2: Towers of cloud rise over a sea...
+    agent 0: A city of glass.
+    agent 1: Towers of cloud rise over a sea...
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def format_samples(step: int, samples: dict[int, list], per_turn: int = 2) -> li
     for turn, scored in sorted(samples.items()):
         for answers, reward in scored[:per_turn]:
             lines.append(f"  turn {turn}, reward {reward:.3f}")
-            lines += [f"    agent {i + 1}: {one_line(answer)}" for i, answer in enumerate(answers)]
+            lines += [f"    agent {i}: {one_line(answer)}" for i, answer in enumerate(answers)]
     return lines
 
 
