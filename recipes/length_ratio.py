@@ -260,7 +260,19 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     return trainer
 
 
+def one_thread_unless_told() -> None:
+    """`accelerate launch` sets OMP_NUM_THREADS=1 for each process; `python recipes/length_ratio.py` gets the same, so
+    that both launch paths run alike (docs/getting-started.md, "Threads": on a busy 2-core machine 2 threads ran 10x
+    slower than 1). An OMP_NUM_THREADS you set is kept."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(1)
+        print("length_ratio: 1 torch thread, as `accelerate launch` sets it (set OMP_NUM_THREADS to choose)")
+
+
 if __name__ == "__main__":
+    one_thread_unless_told()
     script_args, training_args, model_args = make_parser().parse_args_and_config()
     trainer = main(script_args, training_args, model_args)
     # Close trackers and the process group before the interpreter exits, so that no rank tears down mid-collective.
