@@ -39,6 +39,9 @@ def test_quickstart_runs_as_printed(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     output = tmp_path / "outputs" / "quickstart"
+    assert "Summary over 2 logged steps" in done.stdout and "turn 1 reward" in done.stdout  # the main job's summary
+    state = json.loads((output / "trainer_state.json").read_text())  # what `python -m trl_multiagent.plot` reads
+    assert [entry["step"] for entry in state["log_history"] if "turn_1/reward_mean" in entry] == [1, 2]
     assert sorted(p.name for p in output.iterdir() if p.name.startswith("checkpoint")) == []  # save_strategy="no"
     for agent in ("agent_0", "agent_1"):
         adapter = json.loads((output / agent / "adapter_config.json").read_text())
