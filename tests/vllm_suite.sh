@@ -32,6 +32,9 @@ TRANSFORMERS_DEPENDENT=(
     tests/test_tools.py tests/test_checkpoints.py tests/test_teams.py tests/test_trainer.py tests/test_trl_script.py
     tests/test_continuous_batching.py
 )
+echo "[vllm_suite] environment ready: $SECONDS s"
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -m "not slow and not vllm and not distributed" "${TRANSFORMERS_DEPENDENT[@]}"
+echo "[vllm_suite] transformers-dependent tests done: $SECONDS s"
 # 2.
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -m vllm
+echo "[vllm_suite] vllm tests done: $SECONDS s"
