@@ -23,6 +23,7 @@ With vLLM, the generate column counts the weight syncs into the engines too (`ti
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -98,7 +99,14 @@ def naive_step(tokenizer, agents, prompts, k: int, max_new_tokens: int, device: 
     return times
 
 
-def our_step(path: str, prompts, k: int, max_new_tokens: int, steps: int, device: str, use_vllm: bool) -> dict:
+PHASES = ("sync", "generate", "reward", "transition", "logps", "update")
+# Completions of exactly `max_new_tokens` tokens, as each backend names it: then both backends' updates do the same
+# arithmetic (the same rows and lengths; the feedback prompts differ by a digit or two), and their times compare.
+FIXED_LENGTH = {"transformers": "min_new_tokens", "vllm": "min_tokens"}
+
+
+def our_steps(path, prompts, k, max_new_tokens, steps, device, backend, fixed_length) -> list[dict]:
+    """Train `steps` steps with one backend; each step's logged `timing/*`, `throughput/*` and `step_time`."""
     from datasets import Dataset
 
     from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -108,7 +116,8 @@ def our_step(path: str, prompts, k: int, max_new_tokens: int, steps: int, device
         output_dir=tempfile.mkdtemp(prefix="bench_limit_run_"), num_turns=2, early_termination_threshold=None,
         num_generations=k, per_device_train_batch_size=len(prompts) * k, max_new_tokens=max_new_tokens,
         max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-        use_cpu=device == "cpu", check_functions_before_training=False, use_vllm=use_vllm,
+        use_cpu=device == "cpu", check_functions_before_training=False, use_vllm=backend == "vllm",
+        generation_kwargs={FIXED_LENGTH[backend]: max_new_tokens} if fixed_length else None,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
         agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
@@ -116,11 +125,45 @@ def our_step(path: str, prompts, k: int, max_new_tokens: int, steps: int, device
     )  # fmt: skip
     trainer.train()
     trainer.generator.close()
-    logs = [h for h in trainer.state.log_history if "step_time" in h]
-    last = logs[-1]  # the first step pays one-off costs
-    out = {key: last[key] for key in last if key.startswith(("timing/", "throughput/")) or key == "step_time"}
-    out["generate_phase_s"] = out["timing/generate_s"] + out.get("timing/sync_s", 0.0)
-    return out
+    logs = []
+    for entry in (h for h in trainer.state.log_history if "step_time" in h):
+        out = {key: entry[key] for key in entry if key.startswith(("timing/", "throughput/")) or key == "step_time"}
+        out["update_tokens"] = out["throughput/update_tokens_per_s"] * out["timing/update_s"]
+        out["completion_length"] = entry["completions/mean_length"]
+        logs.append(out)
+    return logs
+
+
+def print_steps(runs: dict) -> None:
+    """Every step of every run: each phase's wall-clock seconds, this process's CPU seconds (every thread, colocated
+    engines included) and the rest of the machine's CPU seconds meanwhile."""
+    print("per step, each phase as wall s / this process's CPU s / other processes' CPU s:")
+    print(f"{'run':22}{'step':>5}" + "".join(f"{p:>20}" for p in PHASES) + f"{'step s':>9}{'upd tokens':>11}")
+    for (backend, repeat), logs in runs.items():
+        for step, log in enumerate(logs, 1):
+            cells = []
+            for phase in PHASES:
+                wall, cpu = log.get(f"timing/{phase}_s", 0.0), log.get(f"timing/{phase}_cpu_s", 0.0)
+                other = log.get(f"timing/{phase}_other_cpu_s", float("nan"))
+                cells.append(f"{wall:.2f}/{cpu:.2f}/{other:.2f}")
+            label = f"{backend} #{repeat}"
+            print(f"{label:22}{step:>5}" + "".join(f"{c:>20}" for c in cells)
+                  + f"{log['step_time']:9.2f}{log['update_tokens']:11.0f}")  # fmt: skip
+
+
+def print_side_by_side(runs: dict, repeats: int, steps: int) -> None:
+    """vLLM against transformers, step by step within each repeat: the update (seconds and tokens/s) and the step."""
+    print("vLLM / transformers, step by step (update s and its tokens; update tokens/s; step s):")
+    for repeat in range(1, repeats + 1):
+        hf, vllm = runs[("transformers", repeat)], runs[("vllm", repeat)]
+        for step in range(steps):
+            a, b = hf[step], vllm[step]
+            rate = "throughput/update_tokens_per_s"
+            print(f"  repeat {repeat} step {step + 1}: update {b['timing/update_s']:.2f} / {a['timing/update_s']:.2f} s "
+                  f"= {b['timing/update_s'] / a['timing/update_s']:.3f} ({b['update_tokens']:.0f} / "
+                  f"{a['update_tokens']:.0f} tokens); tokens/s {b[rate] / a[rate]:.3f}; generate phase "
+                  f"{a['timing/generate_s'] + a.get('timing/sync_s', 0):.2f} -> {b['timing/generate_s'] + b['timing/sync_s']:.2f} s; "
+                  f"step {a['step_time']:.2f} -> {b['step_time']:.2f} s = {a['step_time'] / b['step_time']:.2f}x faster")  # fmt: skip
 
 
 def main() -> None:
@@ -132,45 +175,56 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--generation", default="transformers",
                         help="comma-separated backends for our step: transformers, vllm (needs vLLM installed)")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=2, help="training steps per run (each one is reported)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per backend, alternating the backends")
+    parser.add_argument("--fixed_length", action="store_true",
+                        help="every completion exactly --max_new_tokens long, so both backends' updates do the same work")  # fmt: skip
+    parser.add_argument("--skip_naive", action="store_true", help="do not measure the naive batched compute")
     cli = parser.parse_args()
     backends = [b.strip() for b in cli.generation.split(",") if b.strip()]
-    if not backends or any(b not in ("transformers", "vllm") for b in backends):
+    if not backends or any(b not in FIXED_LENGTH for b in backends):
         raise SystemExit(f"bench_limit: --generation takes transformers and/or vllm, got {cli.generation!r}.")
     if cli.smoke:
-        cli.prompts, cli.max_new_tokens = 1, 4
+        cli.prompts, cli.max_new_tokens, cli.steps = 1, 4, 1
     torch.set_num_threads(max(1, torch.get_num_threads()))
     path = cli.model or build_model_dir(*((32, 2) if cli.smoke else (256, 4)))
     prompts = (PROMPTS * 4)[: cli.prompts]
     k = 4
 
-    tokenizer, agents = load(path, cli.device)
-    naive_step(tokenizer, agents, prompts, k, cli.max_new_tokens, cli.device)  # warm-up
-    naive = naive_step(tokenizer, agents, prompts, k, cli.max_new_tokens, cli.device)
-    del agents
-    steps = 1 if cli.smoke else 2
-    ours = {b: our_step(path, prompts, k, cli.max_new_tokens, steps, cli.device, b == "vllm") for b in backends}
+    naive = None
+    if not cli.skip_naive:
+        tokenizer, agents = load(path, cli.device)
+        naive_step(tokenizer, agents, prompts, k, cli.max_new_tokens, cli.device)  # warm-up
+        naive = naive_step(tokenizer, agents, prompts, k, cli.max_new_tokens, cli.device)
+        del agents
+    runs = {}
+    for repeat in range(1, cli.repeats + 1):
+        for backend in backends:
+            runs[(backend, repeat)] = our_steps(
+                path, prompts, k, cli.max_new_tokens, cli.steps, cli.device, backend, cli.fixed_length
+            )
+            print(f"[bench_limit] {backend} #{repeat} done; load average {os.getloadavg()[0]:.2f}", flush=True)
 
-    naive_total = naive["generate"] + naive["update"]
-    print(f"model={cli.model or 'random'} prompts={cli.prompts} K={k} T=2 full tree, {cli.max_new_tokens} new tokens")
-    print(f"rows per step: {naive['rows']}")
-    print(f"{'':24}{'generate s':>12}{'update s':>10}{'step s':>9}")
-    print(f"{'naive batched compute':24}{naive['generate']:12.2f}{naive['update']:10.2f}{naive_total:9.2f}")
-    phases = ("timing/sync_s", "timing/generate_s", "timing/reward_s", "timing/transition_s", "timing/logps_s",
-              "timing/update_s")  # fmt: skip
-    for backend, run in ours.items():
+    fixed = ", every completion exactly that long" if cli.fixed_length else ""
+    print(
+        f"model={cli.model or 'random'} prompts={cli.prompts} K={k} T=2 full tree, {cli.max_new_tokens} new tokens{fixed}"
+    )
+    print(f"torch threads: {torch.get_num_threads()}; load average at the end: {os.getloadavg()}")
+    print_steps(runs)
+    last = {backend: runs[(backend, 1)][-1] for backend in backends}  # the first step pays one-off costs
+    print(f"{'':24}{'generate s':>12}{'update s':>10}{'step s':>9}   (last step of the first run)")
+    if naive is not None:
+        naive_total = naive["generate"] + naive["update"]
+        print(f"rows per step: {naive['rows']}")
+        print(f"{'naive batched compute':24}{naive['generate']:12.2f}{naive['update']:10.2f}{naive_total:9.2f}")
+    for backend, run in last.items():
         label = "MAGRPOTrainer" + (" + vLLM" if backend == "vllm" else "")
-        print(f"{label:24}{run['generate_phase_s']:12.2f}{run.get('timing/update_s', float('nan')):10.2f}"
-              f"{run['step_time']:9.2f}")  # fmt: skip
-    for backend, run in ours.items():
-        print(f"{backend} phases: " + ", ".join(f"{p.split('/')[1]}={run.get(p, float('nan')):.3f}" for p in phases))
-        print(f"ours ({backend}) / naive step time: {run['step_time'] / naive_total:.2f}x")
-    if len(ours) == 2:
-        hf, vllm = ours["transformers"], ours["vllm"]
-        print(f"generate phase (syncs included), transformers / vLLM: {hf['generate_phase_s'] / vllm['generate_phase_s']:.2f}x"
-              f"; step time: {hf['step_time'] / vllm['step_time']:.2f}x")  # fmt: skip
-        # The two backends sample different completions, so the update's work differs: compare its rate.
-        rate = "throughput/update_tokens_per_s"
-        print(f"update tokens/s, vLLM / transformers: {vllm[rate]:.0f} / {hf[rate]:.0f} = {vllm[rate] / hf[rate]:.3f}")
+        generate = run["timing/generate_s"] + run.get("timing/sync_s", 0.0)
+        print(f"{label:24}{generate:12.2f}{run['timing/update_s']:10.2f}{run['step_time']:9.2f}")
+        if naive is not None:
+            print(f"ours ({backend}) / naive step time: {run['step_time'] / naive_total:.2f}x")
+    if len(backends) == 2:
+        print_side_by_side(runs, cli.repeats, cli.steps)
 
 
 if __name__ == "__main__":

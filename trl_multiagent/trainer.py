@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -24,7 +23,7 @@ from .rollout import RolloutTree, run_rollout
 from .rollout.credit import group_advantages
 from .team.agent_team import AgentTeam
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
-from .timing import RolloutTimes, UpdateTimes
+from .timing import Reading, RolloutTimes, UpdateTimes
 from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
 from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
@@ -307,7 +306,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         self._log_metrics(
             mode, rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, self.max_completion_length)
         )
-        self._log_metrics(mode, self._rollout_times.metrics(env.seconds))
+        self._log_metrics(mode, self._rollout_times.metrics(env.times))
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
 
     def _get_per_token_logps_and_entropies(
@@ -342,7 +341,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch):
         """As GRPOTrainer's, but each agent's rows are split so that every micro-batch holds every agent."""
-        start = time.perf_counter()
+        start = Reading.now()
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)["agents"]
         generate_every = self.args.steps_per_generation * self.num_iterations
@@ -350,15 +349,15 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             agent_batches = self._generate_and_score_completions(generation_batch)["agents"]
             self._buffered_inputs = split_micro_batches(agent_batches, self.args.steps_per_generation)
         micro_batch = self._buffered_inputs[self._step % self.args.steps_per_generation]
-        self._rollout_seconds = time.perf_counter() - start
+        self._rollout_spent = Reading.now() - start
         self._micro_batch_tokens = sum(row_tokens(b) for i, b in enumerate(micro_batch) if i in self.trainable_agents)
         return micro_batch
 
     def training_step(self, model, inputs, num_items_in_batch):
         """GRPOTrainer's step, with the update (forward + backward) timed apart from the rollout."""
-        start = time.perf_counter()
+        start = Reading.now()
         loss = super().training_step(model, inputs, num_items_in_batch)
-        self._update_times.add(time.perf_counter() - start - self._rollout_seconds, self._micro_batch_tokens)
+        self._update_times.add(Reading.now() - start - self._rollout_spent, self._micro_batch_tokens)
         if self._step % self.args.steps_per_generation == 0:  # a generation's rows have all been through the loss
             stats = self._ratio_from_loss.flush()
             if stats:

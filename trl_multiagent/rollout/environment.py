@@ -10,7 +10,6 @@ also get ``environments=``: the world each joint action acted on.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
@@ -20,6 +19,7 @@ from transformers import TrainerState
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
+from ..timing import PhaseTimes
 from .callables import Transition, check_prompt
 from .rewards import JointReward
 from .tree import RolloutTree
@@ -91,7 +91,7 @@ class TeamEnvironment:
 
     def start(self, num_turns: int) -> None:
         """Before a generation: clear the timing and the scored values."""
-        self.seconds = {"reward": 0.0, "transition": 0.0}
+        self.times = PhaseTimes(("reward", "transition"))
         # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
         self.reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)}
         self.agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
@@ -120,26 +120,27 @@ class TeamEnvironment:
 
     def score(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[float]:
         """The joint reward of each joint action of `action_ids` (one call of each reward function per turn)."""
-        start = time.perf_counter()
-        actions = [tree.joint_actions[a] for a in action_ids]
-        nodes = [tree.nodes[a.node] for a in actions]
-        answers = [tree.answers(a) for a in action_ids]
-        completions = [[answer[i] for answer in answers] for i in range(self.num_agents)]
-        ids = [
-            [node.completion_ids[i][a.choice[i]] for a, node in zip(actions, nodes, strict=True)]
-            for i in range(self.num_agents)
-        ]
-        worlds = [a.environment for a in actions]
-        keywords = self.reward_keywords([rows[node.row] for node in nodes], [node.prompts for node in nodes], worlds)
-        keywords["log_extra"] = partial(self._log_extra, action_ids)
-        messages = None
-        if nodes and nodes[0].messages:  # the agents had tools: TRL's rewards get their messages
-            messages = [
-                [n.messages[i][a.choice[i]] for a, n in zip(actions, nodes, strict=True)]
+        with self.times.phase("reward"):
+            actions = [tree.joint_actions[a] for a in action_ids]
+            nodes = [tree.nodes[a.node] for a in actions]
+            answers = [tree.answers(a) for a in action_ids]
+            completions = [[answer[i] for answer in answers] for i in range(self.num_agents)]
+            ids = [
+                [node.completion_ids[i][a.choice[i]] for a, node in zip(actions, nodes, strict=True)]
                 for i in range(self.num_agents)
             ]
-        rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
-        self.seconds["reward"] += time.perf_counter() - start
+            worlds = [a.environment for a in actions]
+            keywords = self.reward_keywords(
+                [rows[node.row] for node in nodes], [node.prompts for node in nodes], worlds
+            )
+            keywords["log_extra"] = partial(self._log_extra, action_ids)
+            messages = None
+            if nodes and nodes[0].messages:  # the agents had tools: TRL's rewards get their messages
+                messages = [
+                    [n.messages[i][a.choice[i]] for a, n in zip(actions, nodes, strict=True)]
+                    for i in range(self.num_agents)
+                ]
+            rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
         for f, values in enumerate(per_func):
             self.reward_values[turn][f].extend(v for v in values if v is not None)
         for f, agents in per_agent.items():
@@ -152,19 +153,18 @@ class TeamEnvironment:
 
     def next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
         """The transition of every branch that goes on (async transitions run concurrently)."""
-        start = time.perf_counter()
-        branch_rows, calls = [], []
-        for action_id in action_ids:
-            row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
-            prompt_history, response_history = tree.history(action_id)
-            action = tree.joint_actions[action_id]
-            history = branch_history(prompt_history, response_history, action.reward, row)
-            if self.worlds is not None:  # the branch's world, once per agent (as the other per-agent arguments)
-                history["environments"] = [action.environment] * self.num_agents
-            branch_rows.append(row)
-            calls.append((row.get("prompt"), tree.answers(action_id), history))
-        prompts = self._transitions(branch_rows, calls, turn)
-        self.seconds["transition"] += time.perf_counter() - start
+        with self.times.phase("transition"):
+            branch_rows, calls = [], []
+            for action_id in action_ids:
+                row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
+                prompt_history, response_history = tree.history(action_id)
+                action = tree.joint_actions[action_id]
+                history = branch_history(prompt_history, response_history, action.reward, row)
+                if self.worlds is not None:  # the branch's world, once per agent (as the other per-agent arguments)
+                    history["environments"] = [action.environment] * self.num_agents
+                branch_rows.append(row)
+                calls.append((row.get("prompt"), tree.answers(action_id), history))
+            prompts = self._transitions(branch_rows, calls, turn)
         return prompts
 
     # ------------------------------------------------------------------ before training
