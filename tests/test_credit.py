@@ -182,5 +182,5 @@ def test_rollout_returns_and_history_by_hand():
     assert prompts[0][0] == "p" and prompts[0][1].startswith("t2:")
     assert responses[1] == ["a1-k1|p", f"a1-k1|{prompts[1][1]}"]
     # advantages of the root group, scale none: returns minus their mean
-    credited = tree.completion_returns(returns)[0]
+    credited = tree.credited_returns([returns, returns])[0]
     assert group_advantages(credited, "none").tolist() == [[-0.5, 0.5], [-0.5, 0.5]]

@@ -69,7 +69,7 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
 
     # Credit: completion j of agent i gets the mean return of the joint actions it is part of, and each completion is
     # part of K**(N-1) joint actions in cross mode, one in aligned mode.
-    credited = tree.completion_returns(returns)
+    credited = tree.credited_returns([returns] * num_agents)
     for node, per_agent in zip(tree.nodes, credited, strict=True):
         for i in range(num_agents):
             for j in range(k):
@@ -80,7 +80,7 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
 
     # Group advantages: each (node, agent) group of K sums to zero before scaling, and "group" scaling divides each
     # group by its own std (+1e-4).
-    groups = torch.stack(credited).flatten(0, 1)
+    groups = credited.flatten(0, 1)
     centred = group_advantages(groups, "none")
     assert centred.shape == (len(tree.nodes) * num_agents, k)
     assert torch.allclose(centred.sum(dim=1), torch.zeros(len(centred)), atol=1e-5)

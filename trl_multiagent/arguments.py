@@ -189,6 +189,18 @@ def user_functions(
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
     joint_reward = JointReward(funcs, weights, num_agents, columns, reward_processor, args.agent_reward_aggregation)
+    if args.team_reward_weight != 1.0 and not any(joint_reward.per_agent):
+        raise ValueError(
+            f"MAGRPOConfig: team_reward_weight={args.team_reward_weight} mixes each agent's own reward into the team's, "
+            f"but none of the reward functions {joint_reward.names} gives one: each is joint. Add a reward in TRL's "
+            "per-agent convention (`f(completions, **kwargs)`, or wrap it in `trl_multiagent.per_agent`), or leave "
+            "team_reward_weight at 1.0."
+        )
+    if args.agent_learning_rates is not None and len(args.agent_learning_rates) != num_agents:
+        raise ValueError(
+            f"MAGRPOConfig: agent_learning_rates has {len(args.agent_learning_rates)} rates for a team of {num_agents} "
+            f"agents; give one per agent (got {list(args.agent_learning_rates)})."
+        )
     if callable(formatters):  # one formatter serves every agent
         formatters = [formatters] * num_agents
     if formatters is not None and len(formatters) != num_agents:

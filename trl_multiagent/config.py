@@ -16,7 +16,14 @@ from trl import GRPOConfig
 from .compat import comlrl  # the one seam: CoMLRL's names, as init-only arguments (`comlrl.CoMLRLNames`)
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
-from .rollout.credit import ADVANTAGE_BASELINES, JOINT_MODES, SCALE_REWARDS, joint_choices
+from .rollout.credit import (
+    ADVANTAGE_BASELINES,
+    BRANCHINGS,
+    JOINT_MODES,
+    SCALE_REWARDS,
+    expanded_per_node,
+    joint_choices,
+)
 from .rollout.rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
 from .update.chunking import check_loss_type
 
@@ -117,6 +124,21 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             How a reward in TRL's convention (`f(completions, **kwargs)`, a reward model), which scores one agent's
             completions, becomes a joint reward: `"mean"`, `"sum"`, `"min"` or `"max"` over the agents, or an agent's
             index (`"0"`) to score that agent alone.
+        branching (`str`, *optional*, defaults to `"all"`):
+            Which joint answers of a node continue to the next turn: `"all"` (every one: K + K**2 + ... + K**T
+            completions per agent and prompt), `"best"` (the one with the highest joint reward, as AT-GRPO: K*T), or
+            `"top"` (the `branching_top_m` best). A joint answer that is not continued has the return of its reward
+            plus the discounted mean future of its node's continued joint answers, so siblings differ by their own
+            reward only (docs/credit.md).
+        branching_top_m (`int` or `None`, *optional*):
+            With `branching="top"`: how many joint answers of each node continue (`>= 1`).
+        team_reward_weight (`float`, *optional*, defaults to `1.0`):
+            alpha of PettingLLMs' reward mix: agent i learns from `alpha * team + (1 - alpha) * own_i`, where `own_i`
+            counts agent i's own value of each per-agent reward function (TRL's convention) in place of their
+            aggregate. `1.0`: every agent learns from the team's reward. Below 1 needs a per-agent reward function.
+        agent_learning_rates (`list[float]` or `None`, *optional*):
+            One learning rate per agent (Dr. MAS), each agent's parameters in an optimizer group of their own; the
+            scheduler scales each as it scales `learning_rate`. `None`: every agent uses `learning_rate`.
         vllm_server_base_urls (`list[str]` or `None`, *optional*):
             With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
             with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
@@ -248,6 +270,28 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             f"the joint reward: one of {list(AGENT_REWARD_AGGREGATIONS)} over the agents, or an agent's index."
         },
     )
+    branching: str = field(
+        default="all",
+        metadata={
+            "help": "Which joint answers of a node continue to the next turn: 'all', 'best' (highest joint reward, "
+            "AT-GRPO) or 'top' (the `branching_top_m` best).",
+            "choices": list(BRANCHINGS),
+        },
+    )
+    branching_top_m: int | None = field(
+        default=None, metadata={"help": "With branching='top': how many joint answers of each node continue."}
+    )
+    team_reward_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "alpha: agent i learns from alpha * team reward + (1 - alpha) * its own reward (per-agent reward "
+            "functions). 1.0: the team's reward only."
+        },
+    )
+    agent_learning_rates: list[float] | None = field(
+        default=None,
+        metadata={"help": "One learning rate per agent (optimizer parameter groups). None: `learning_rate` for all."},
+    )
     vllm_server_base_urls: list[str] | None = field(
         default=None,
         metadata={
@@ -367,6 +411,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 "prompt are sampled and compared with each other: greedy decoding would make them identical and every "
                 "advantage zero. For greedy evaluation rollouts, set eval_do_sample=False."
             )
+        self._check_credit_options()
         # GRPOConfig has already mapped True and False to "group" and "none"
         if self.scale_rewards not in SCALE_REWARDS:
             raise ValueError(
@@ -387,8 +432,38 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             self.per_device_train_batch_size * self.steps_per_generation // self.num_generations,
             self.per_device_eval_batch_size // (self.num_generations_eval or self.num_generations),
         )
-        branching = len(joint_choices(num_agents, k, self.joint_mode))  # children of a node that goes on
-        return k * prompts * branching ** (self.num_turns - 1)
+        choices = len(joint_choices(num_agents, k, self.joint_mode))
+        children = expanded_per_node(choices, self.branching, self.branching_top_m)  # of a node that goes on
+        return k * prompts * children ** (self.num_turns - 1)
+
+    def _check_credit_options(self) -> None:
+        if self.branching not in BRANCHINGS:
+            raise ValueError(f"MAGRPOConfig: branching must be one of {BRANCHINGS}, got {self.branching!r}.")
+        if self.branching == "top" and (self.branching_top_m is None or self.branching_top_m < 1):
+            raise ValueError(
+                f"MAGRPOConfig: branching='top' needs branching_top_m >= 1 (how many joint answers of each node "
+                f"continue), got {self.branching_top_m!r}."
+            )
+        if self.branching != "top" and self.branching_top_m is not None:
+            raise ValueError(
+                f"MAGRPOConfig: branching_top_m={self.branching_top_m} applies to branching='top' only; with "
+                f"branching={self.branching!r} it would be ignored. Set branching='top', or leave branching_top_m None."
+            )
+        if not (math.isfinite(self.team_reward_weight) and 0.0 <= self.team_reward_weight <= 1.0):
+            raise ValueError(f"MAGRPOConfig: team_reward_weight must be in [0, 1], got {self.team_reward_weight}.")
+        rates = self.agent_learning_rates
+        if rates is not None:
+            if any(
+                isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0 for r in rates
+            ):
+                raise ValueError(
+                    f"MAGRPOConfig: agent_learning_rates must be finite numbers >= 0, one per agent; got {list(rates)}."
+                )
+            if self.num_agents is not None and len(rates) != self.num_agents:
+                raise ValueError(
+                    f"MAGRPOConfig: agent_learning_rates has {len(rates)} rates for num_agents={self.num_agents}; give "
+                    f"one per agent (got {list(rates)})."
+                )
 
     def _check_num_generations(self) -> None:
         if self.num_generations is None or self.num_generations < 2:

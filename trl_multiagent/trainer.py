@@ -20,7 +20,7 @@ from .generation import build_generator
 from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .rollout import RolloutTree, run_rollout
-from .rollout.credit import group_advantages
+from .rollout.credit import team_advantages
 from .team.agent_team import AgentTeam
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .timing import Reading, RolloutTimes, UpdateTimes
@@ -144,7 +144,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
-        self.eval_metrics, self.tool_calling = inputs.eval_metrics, inputs.tool_calling
+        self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
         self.team, self.agent_eos_token_ids = built
@@ -225,11 +225,12 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             transition=partial(self.environment.next_prompts, rows),
             sync=partial(sync_turn, self.accelerator),
             worlds=self.environment.worlds,
+            branching=self.args.branching,
+            branching_top_m=self.args.branching_top_m,
         )
-        returns = tree.returns(self.args.discount)
-        credited = torch.stack(tree.completion_returns(returns))  # (nodes, agents, K)
-        advantages = group_advantages(credited.flatten(0, 1), self.scale_rewards, self.args.advantage_baseline)
-        advantages = advantages.view_as(credited)
+        self.last_rollout, returns = tree, tree.returns(self.args.discount)  # the newest tree, for `evaluation`
+        credited = tree.credited_returns(tree.agent_returns(self.args.discount, self.args.team_reward_weight))
+        advantages = team_advantages(credited, self.scale_rewards, self.args.advantage_baseline)  # (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.

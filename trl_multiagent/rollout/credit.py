@@ -20,7 +20,9 @@ import torch
 
 JOINT_MODES = ("aligned", "cross")
 ADVANTAGE_BASELINES = ("mean", "rloo", "max", "none")
-SCALE_REWARDS = ("group", "batch", "none")
+# TRL's three, and "agent" (Dr. MAS): the std of the agent's own returns in the batch
+SCALE_REWARDS = ("group", "batch", "agent", "none")
+BRANCHINGS = ("all", "best", "top")
 
 
 def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> list[tuple[int, ...]]:
@@ -38,28 +40,110 @@ def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> lis
     raise ValueError(f"joint_mode must be one of {JOINT_MODES}, got {joint_mode!r}.")
 
 
-def joint_returns(rewards: Sequence[float], children: Sequence[Sequence[int]], discount: float = 1.0) -> list[float]:
+def expanded_per_node(num_choices: int, branching: str, top_m: int | None = None) -> int:
+    """How many joint actions of a node that goes on are continued (`MAGRPOConfig.branching`).
+
+    >>> expanded_per_node(4, "all"), expanded_per_node(4, "best"), expanded_per_node(4, "top", 2), expanded_per_node(4, "top", 9)
+    (4, 1, 2, 4)
+    """
+    if branching == "all":
+        return num_choices
+    if branching == "best":
+        return 1
+    if branching == "top" and top_m is not None and top_m >= 1:
+        return min(top_m, num_choices)
+    raise ValueError(
+        f"branching must be one of {BRANCHINGS} (with top_m >= 1 for 'top'), got {branching!r}, {top_m!r}."
+    )
+
+
+def continued(rewards: Sequence[float], branching: str, top_m: int | None = None) -> list[int]:
+    """Positions of a node's joint actions that continue, in their original order: every one, or the highest
+    rewards (ties go to the earlier joint action, so the choice is the same on every run and process).
+
+    >>> continued([0.2, 0.9, 0.5, 0.9], "all"), continued([0.2, 0.9, 0.5, 0.9], "best"), continued([0.2, 0.9, 0.5, 0.9], "top", 2)
+    ([0, 1, 2, 3], [1], [1, 3])
+    """
+    keep = expanded_per_node(len(rewards), branching, top_m)
+    ranked = sorted(range(len(rewards)), key=lambda j: (-rewards[j], j))
+    return sorted(ranked[:keep])
+
+
+def joint_returns(
+    rewards: Sequence[float],
+    children: Sequence[Sequence[int]],
+    discount: float = 1.0,
+    pruned: dict[int, Sequence[int]] | None = None,
+) -> list[float]:
     """Return of every joint action: ``reward + discount * mean(return of the child node's joint actions)``.
+
+    A joint action that branching did not continue (`pruned`) has no child of its own. Its future is estimated by
+    its node's continued joint actions: ``reward + discount * mean(future of each continued sibling)``. So within a
+    node, every joint action carries the same future and siblings differ by their own reward, as in AT-GRPO's
+    per-turn groups; and with every joint action continued nothing changes.
 
     Args:
         rewards: the joint reward of each joint action, indexed by joint-action id.
         children: for each joint action, the ids of the joint actions of the node it expanded into (empty when the
             branch ended there). A child always has a larger id than its parent, as rollouts create them later.
         discount: weight of the future, 1.0 by default.
+        pruned: joint-action id -> the ids of the siblings that were continued in its place.
 
     >>> joint_returns([1.0, 0.0, 0.5, 1.5], [[2, 3], [], [], []], discount=0.5)
     [1.5, 0.0, 0.5, 1.5]
+
+    Best-only branching: joint action 0 (reward 1.0) was continued; 1 (reward 0.0) was not. Its return is its own
+    reward plus the future of 0, ``0.0 + 0.5 * mean(0.5, 1.5) = 0.5``:
+
+    >>> joint_returns([1.0, 0.0, 0.5, 1.5], [[2, 3], [], [], []], discount=0.5, pruned={1: [0]})
+    [1.5, 0.5, 0.5, 1.5]
     """
     if len(rewards) != len(children):
         raise ValueError(f"joint_returns: {len(rewards)} rewards but {len(children)} children lists.")
+    pruned = pruned or {}
     returns = [0.0] * len(rewards)
-    for a in reversed(range(len(rewards))):
+
+    def future(a: int) -> float:
         kids = children[a]
         if any(c <= a for c in kids):
             raise ValueError(f"joint_returns: joint action {a} has a child id <= its own: {list(kids)}.")
-        future = sum(returns[c] for c in kids) / len(kids) if kids else 0.0
-        returns[a] = float(rewards[a]) + discount * future
+        return sum(returns[c] for c in kids) / len(kids) if kids else 0.0
+
+    for a in reversed(range(len(rewards))):
+        if a in pruned:
+            if children[a] or not pruned[a]:
+                raise ValueError(f"joint_returns: pruned joint action {a} needs no children and a continued sibling.")
+            estimate = sum(future(s) for s in pruned[a]) / len(pruned[a])
+        else:
+            estimate = future(a)
+        returns[a] = float(rewards[a]) + discount * estimate
     return returns
+
+
+def mixed_rewards(
+    team: Sequence[float], own: Sequence[Sequence[float] | None], team_weight: float
+) -> list[list[float]]:
+    """Each agent's reward per joint action (PettingLLMs' mix): ``team_weight * team + (1 - team_weight) * own``.
+
+    Args:
+        team: the joint reward of each joint action.
+        own: per joint action, each agent's own reward, or None where the joint action has none (the team's then).
+        team_weight: alpha in [0, 1].
+
+    Returns:
+        ``[agent][joint action]``.
+
+    >>> mixed_rewards([1.0, 0.0], [[0.0, 2.0], None], team_weight=0.75)
+    [[0.75, 0.0], [1.25, 0.0]]
+    """
+    num_agents = max((len(o) for o in own if o is not None), default=1)
+    return [
+        [
+            float(t) if o is None else team_weight * float(t) + (1.0 - team_weight) * float(o[i])
+            for t, o in zip(team, own, strict=True)
+        ]
+        for i in range(num_agents)
+    ]
 
 
 def completion_returns(
@@ -88,6 +172,47 @@ def completion_returns(
     return (total / count).float()
 
 
+def team_advantages(credited: torch.Tensor, scale_rewards: str = "group", baseline: str = "mean") -> torch.Tensor:
+    """Advantages of a whole rollout's ``(nodes, agents, K)`` credited returns: `group_advantages` over every group
+    (one agent at one node), with ``scale_rewards="agent"`` dividing each agent's groups by the std of that agent's
+    own returns (Dr. MAS) where ``"batch"`` divides by the std of every agent's.
+
+    Agent 1's returns are agent 0's times 10. Divided by the std of every return ("batch"), its advantages are 10
+    times agent 0's; divided by its own ("agent"), both agents' advantages are the same:
+
+    >>> credited = torch.tensor([[[0.0, 2.0], [0.0, 20.0]], [[1.0, 3.0], [10.0, 30.0]]])  # (2 nodes, 2 agents, K=2)
+    >>> team_advantages(credited, "batch")[0].round(decimals=2)
+    tensor([[-0.0900,  0.0900],
+            [-0.9000,  0.9000]])
+    >>> team_advantages(credited, "agent")[0].round(decimals=2)
+    tensor([[-0.7700,  0.7700],
+            [-0.7700,  0.7700]])
+    """
+    if credited.dim() != 3:
+        raise ValueError(f"team_advantages expects a (nodes, agents, K) tensor, got shape {tuple(credited.shape)}.")
+    if scale_rewards != "agent":
+        return group_advantages(credited.flatten(0, 1), scale_rewards, baseline).view_as(credited)
+    per_agent = [group_advantages(credited[:, i], "batch", baseline) for i in range(credited.size(1))]
+    return torch.stack(per_agent, dim=1)
+
+
+def agent_completion_returns(
+    choices: Sequence[tuple[int, ...]], agent_returns: Sequence[Sequence[float]], num_generations: int
+) -> torch.Tensor:
+    """`completion_returns` where each agent has returns of its own (a reward mix): row i credits agent i's
+    completions from agent i's returns of the node's joint actions.
+
+    >>> agent_completion_returns([(0, 0), (1, 1)], [[1.0, 2.0], [5.0, 6.0]], 2)
+    tensor([[1., 2.],
+            [5., 6.]])
+    """
+    num_agents = len(agent_returns)
+    rows = [
+        completion_returns(choices, returns, num_agents, num_generations)[i] for i, returns in enumerate(agent_returns)
+    ]
+    return torch.stack(rows)
+
+
 def _std(x: torch.Tensor, dim=None, keepdim=False) -> torch.Tensor:
     # Bessel-corrected, like TRL's `nanstd`, so one agent and one turn reproduce GRPOTrainer's advantages exactly.
     return x.std(dim=dim, keepdim=keepdim) if dim is not None else x.std()
@@ -99,7 +224,7 @@ def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseli
     Args:
         returns: ``(num_groups, K)``; one group is one agent's K completions at one node.
         scale_rewards: TRL's modes. ``"group"`` divides by the group's std, ``"batch"`` by the std of every return in
-            ``returns``, ``"none"`` does not divide.
+            ``returns``, ``"none"`` does not divide (``"agent"`` is `team_advantages`'s).
         baseline: what is subtracted (`ADVANTAGE_BASELINES`): ``"mean"``, the group mean (GRPO); ``"rloo"``, the mean
             of the K - 1 other completions (RLOO; K / (K - 1) times the ``"mean"`` advantage); ``"max"``, the group's
             best return (every advantage <= 0); ``"none"``, nothing (the raw returns, REINFORCE).

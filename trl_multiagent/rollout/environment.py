@@ -141,6 +141,10 @@ class TeamEnvironment:
                     for i in range(self.num_agents)
                 ]
             rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
+            own = self.joint_reward.own_rewards(per_func, per_agent, turn)
+        if own is not None:  # for `team_reward_weight` below 1
+            for a, agents_own in zip(action_ids, own, strict=True):
+                tree.joint_actions[a].own_rewards = agents_own
         for f, values in enumerate(per_func):
             self.reward_values[turn][f].extend(v for v in values if v is not None)
         for f, agents in per_agent.items():

@@ -321,6 +321,31 @@ class JointReward:
             total.append(sum(values) if values else 0.0)
         return total, per_func, per_agent
 
+    def own_rewards(self, per_func: list, per_agent: dict, turn: int) -> list[list[float]] | None:
+        """Each agent's own reward per joint action (``[joint action][agent]``), from `__call__`'s values: the same
+        weighted sum, with each per-agent function's value for that agent in place of the agents' aggregate. None
+        when no function is per-agent (every agent's own reward would be the team's).
+
+        >>> def length(completions, **kwargs):
+        ...     return [float(len(c)) for c in completions]
+        >>> reward = JointReward([per_agent(length)], None, num_agents=2)
+        >>> total, per_func, by_agent = reward([["ab"], ["wxyz"]], 1, {})
+        >>> total, reward.own_rewards(per_func, by_agent, 1)
+        ([3.0], [[2.0, 4.0]])
+        """
+        if not per_agent:
+            return None
+        scored = [f for f in range(len(self.funcs)) if self._ready(f)]
+        own = [[0.0] * self.num_agents for _ in per_func[0]]
+        for position, f in enumerate(scored):
+            for i in range(self.num_agents):
+                values = per_agent[f][i] if f in per_agent else per_func[position]
+                values = values if self.processor is None else self._process(values, turn)
+                for j, value in enumerate(values):
+                    if value is not None:
+                        own[j][i] += self.weights[f] * value
+        return own
+
     def _joint_values(self, f: int, completions, keywords: dict, count: int, turn: int) -> list[float | None]:
         name = self.names[f]
         if self.one_action_per_call[f]:

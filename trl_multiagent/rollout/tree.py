@@ -2,8 +2,9 @@
 
 `run_rollout` grows one `RolloutTree` for a batch of dataset rows. At each turn it asks `generate` once per agent for
 every live node of every row (batched generation), scores every joint action of the turn with one `score` call, ends
-the nodes whose mean joint reward is above the early-termination threshold, and asks `transition` for the next
-prompts of every joint action that goes on. The trainer supplies the three callables; tests supply fakes.
+the nodes whose mean joint reward is above the early-termination threshold, keeps the joint actions that `branching`
+continues (every one, the best, or the top m by joint reward), and asks `transition` for the next prompts of each of
+them. The trainer supplies the three callables; tests supply fakes.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 
 from ..generation.output import Generation
-from .credit import completion_returns, joint_choices, joint_returns
+from .credit import agent_completion_returns, continued, joint_choices, joint_returns, mixed_rewards
 
 
 @dataclass
@@ -51,6 +53,8 @@ class JointAction:
     choice: tuple[int, ...]  # completion index per agent
     reward: float = math.nan
     child: int | None = None  # id of the node it expanded into, if the branch went on
+    pruned: bool = False  # its node went on, but `branching` did not continue this joint action
+    own_rewards: list[float] | None = None  # each agent's own reward, where per-agent rewards exist
     environment: Any = None  # this joint action's own copy of its node's world, which its agents acted on
 
 
@@ -63,17 +67,38 @@ class RolloutTree:
         """For each joint action, the joint-action ids of the node it expanded into (empty if it ended)."""
         return [[] if a.child is None else self.nodes[a.child].joint_actions for a in self.joint_actions]
 
-    def returns(self, discount: float) -> list[float]:
-        return joint_returns([a.reward for a in self.joint_actions], self.children(), discount)
-
-    def completion_returns(self, returns: Sequence[float]) -> list[torch.Tensor]:
-        """Per node, an ``(num_agents, K)`` tensor of the return credited to each completion."""
-        out = []
+    def pruned(self) -> dict[int, list[int]]:
+        """Each joint action that branching did not continue -> the joint actions of its node that were continued."""
+        out = {}
         for node in self.nodes:
-            num_agents, k = len(node.completions), len(node.completions[0])
-            choices = [self.joint_actions[a].choice for a in node.joint_actions]
-            out.append(completion_returns(choices, [returns[a] for a in node.joint_actions], num_agents, k))
+            kept = [a for a in node.joint_actions if self.joint_actions[a].child is not None]
+            out.update({a: kept for a in node.joint_actions if self.joint_actions[a].pruned})
         return out
+
+    def returns(self, discount: float) -> list[float]:
+        """The team's return of every joint action (`credit.joint_returns`)."""
+        return joint_returns([a.reward for a in self.joint_actions], self.children(), discount, self.pruned())
+
+    def agent_returns(self, discount: float, team_weight: float = 1.0) -> list[list[float]]:
+        """Per agent, the return of every joint action from that agent's reward: the team's, or with `team_weight`
+        below 1 and per-agent rewards, `credit.mixed_rewards`."""
+        num_agents = len(self.nodes[0].completions) if self.nodes else 0
+        own = [a.own_rewards for a in self.joint_actions]
+        if team_weight == 1.0 or all(o is None for o in own):
+            return [self.returns(discount)] * num_agents
+        children, pruned = self.children(), self.pruned()
+        mixed = mixed_rewards([a.reward for a in self.joint_actions], own, team_weight)
+        return [joint_returns(rewards, children, discount, pruned) for rewards in mixed]
+
+    def credited_returns(self, agent_returns: Sequence[Sequence[float]]) -> torch.Tensor:
+        """``(nodes, agents, K)``: the return credited to each completion, from its own agent's returns
+        (`credit.completion_returns`)."""
+        tables = []
+        for node in self.nodes:
+            choices = [self.joint_actions[a].choice for a in node.joint_actions]
+            per_agent = [[returns[a] for a in node.joint_actions] for returns in agent_returns]
+            tables.append(agent_completion_returns(choices, per_agent, len(node.completions[0])))
+        return torch.stack(tables)
 
     def answers(self, action_id: int) -> list[str]:
         """The text of each agent's completion in one joint action."""
@@ -109,6 +134,8 @@ def run_rollout(
     transition: Callable[[int, RolloutTree, list[int]], list[list]],
     sync: Callable[[bool, BaseException | None], bool] | None = None,
     worlds=None,
+    branching: str = "all",
+    branching_top_m: int | None = None,
 ) -> RolloutTree:
     """Grow the rollout tree of a batch of rows, turn by turn.
 
@@ -119,6 +146,8 @@ def run_rollout(
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
         transition: ``transition(turn, tree, action_ids)`` returns, for each listed joint action that goes on, the next
             prompt of each agent (one call per turn, so that async transitions can run concurrently).
+        branching, branching_top_m: which joint actions of a node that goes on are continued
+            (`MAGRPOConfig.branching`); the others are marked `pruned`.
         sync: called at the end of every turn with whether this process has live nodes and the error its generation,
             reward or transition raised (or None); returns whether to run another turn, and raises if any process failed.
             Distributed training makes it agree across processes, so that every rank runs the same number of
@@ -156,8 +185,9 @@ def run_rollout(
                     tree.joint_actions.append(JointAction(node=n, choice=choice, environment=world))
                     tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
                     new_actions.append(len(tree.joint_actions) - 1)
+            keep = partial(continued, branching=branching, top_m=branching_top_m)
             live = _score_and_expand(
-                tree, live, new_actions, turn, num_turns, termination_threshold, score, transition
+                tree, live, new_actions, turn, num_turns, termination_threshold, score, transition, keep
             )
             error = None
         except Exception as err:
@@ -184,8 +214,9 @@ def _add_generation(tree: RolloutTree, live: list[int], agent: int, gen: Generat
             node.messages.append(gen.messages[span] if gen.messages is not None else [None] * num_generations)
 
 
-def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score, transition) -> list[int]:
-    """Score a turn's joint actions, end nodes above the threshold, and open the next turn's nodes."""
+def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score, transition, keep) -> list[int]:
+    """Score a turn's joint actions, end nodes above the threshold, and open the next turn's nodes for the joint
+    actions that `keep(rewards)` continues."""
     rewards = score(turn, tree, new_actions) if new_actions else []
     for a, reward in zip(new_actions, rewards, strict=True):
         tree.joint_actions[a].reward = float(reward)
@@ -195,7 +226,10 @@ def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score
         mean_reward = sum(tree.joint_actions[a].reward for a in node.joint_actions) / len(node.joint_actions)
         node.terminated = threshold is not None and mean_reward > threshold
         if turn < num_turns and not node.terminated:
-            going_on.extend(node.joint_actions)
+            kept = keep([tree.joint_actions[a].reward for a in node.joint_actions])
+            for j, a in enumerate(node.joint_actions):
+                tree.joint_actions[a].pruned = j not in kept
+            going_on.extend(node.joint_actions[j] for j in kept)
     next_live = []
     for a, prompts in zip(going_on, transition(turn, tree, going_on) if going_on else [], strict=True):
         node = tree.nodes[tree.joint_actions[a].node]
