@@ -124,6 +124,9 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             How a reward in TRL's convention (`f(completions, **kwargs)`, a reward model), which scores one agent's
             completions, becomes a joint reward: `"mean"`, `"sum"`, `"min"` or `"max"` over the agents, or an agent's
             index (`"0"`) to score that agent alone.
+        scale_rewards (`str`, *optional*, defaults to `"group"`):
+            TRL's field with one more value: `"agent"` divides each agent's group advantages by the std of that
+            agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's.
         branching (`str`, *optional*, defaults to `"all"`):
             Which joint answers of a node continue to the next turn: `"all"` (every one: K + K**2 + ... + K**T
             completions per agent and prompt), `"best"` (the one with the highest joint reward, as AT-GRPO: K*T), or
@@ -268,6 +271,15 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         metadata={
             "help": "How a per-agent reward (TRL's convention: f(completions, **kwargs), or a reward model) becomes "
             f"the joint reward: one of {list(AGENT_REWARD_AGGREGATIONS)} over the agents, or an agent's index."
+        },
+    )
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": "How advantages are scaled, TRL's three and one more: 'group' (True; each group's std), 'batch' "
+            "(the std of every return in the batch, every agent's), 'agent' (the std of that agent's own returns, as "
+            "Dr. MAS), 'none' (False; no scaling).",
+            "choices": list(SCALE_REWARDS),
         },
     )
     branching: str = field(
