@@ -36,6 +36,28 @@ def test_bench_limit_smoke():
     assert any(line.startswith("ours (transformers) / naive step time:") for line in lines)
 
 
+def test_bench_limit_reports_every_phase_of_every_step():
+    """Wall-clock, this process's CPU and the other processes' CPU seconds of each phase, for each step of each run."""
+    lines = smoke("bench_limit.py", "--skip_naive", "--repeats", "2", "--fixed_length")
+    assert any(line.endswith("every completion exactly that long") for line in lines)
+    rows = [line.split() for line in lines if line.startswith("transformers #")]
+    assert [row[:3] for row in rows] == [["transformers", "#1", "1"], ["transformers", "#2", "1"]]
+    for row in rows:
+        phases = [cell.split("/") for cell in row[3:9]]  # sync, generate, reward, transition, logps, update
+        assert all(len(cell) == 3 for cell in phases)
+        wall, cpu, _ = (float(x) for x in phases[5])
+        assert wall > 0 and cpu > 0  # the update computed, on this process's CPU
+
+
+def test_bench_branching_smoke():
+    """K=4, T=3: full expansion grows 1 + 4 + 16 nodes per prompt (84 rows per agent), best-only 3 (12 rows)."""
+    lines = smoke("bench_branching.py")
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith(("all ", "best "))}
+    assert rows["all"][2] == "84" and rows["best"][2] == "12"
+    assert int(rows["all"][3]) > int(rows["best"][3]) > 0  # generated tokens
+    assert any(line.startswith("step 1: best-only generates") for line in lines)
+
+
 def test_gpu_check_dry_run_writes_its_table(tmp_path):
     """The GPU check's code path on a CPU (`gpu_check.sh --dry`): tiny Qwen2, CoMLRL where installed, the LoRA team
     of 4; its table holds a row per run, with the numbers the runs measured."""
