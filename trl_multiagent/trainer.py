@@ -21,7 +21,7 @@ from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .rollout import RolloutTree, run_rollout
 from .rollout.credit import team_advantages
-from .team.agent_team import AgentTeam
+from .team import AgentTeam, optimizer
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .timing import Reading, RolloutTimes, UpdateTimes
 from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
@@ -30,7 +30,7 @@ from .update.importance import RatioFromLoss, add_importance_sampling_ratio, red
 from .update.prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
 
 
-class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
+class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, GRPOTrainer):
     """
     Trainer for MAGRPO: N cooperating agents, one joint reward, multi-turn tree rollouts with feedback between turns.
 
@@ -47,14 +47,14 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
+    - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
     - `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
     - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders and
       `_load_from_checkpoint` reads them back; `_save_checkpoint` marks a checkpoint complete once every process has
       written it, before the rotation; `train(resume_from_checkpoint=True)` takes the newest complete one.
 
-    The methods not listed here are helpers of this class, not overrides.
-
-    TRL's loss types, clipping, KL, logging, optimizer and accelerate preparation are used unchanged.
+    The methods not listed here are helpers of this class, not overrides. TRL's loss types, clipping, KL, logging,
+    optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
     Args:
         agents: models or model ids, one per agent (heterogeneous teams allowed).
@@ -140,6 +140,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
             comlrl_arguments=comlrl_arguments,
+            optimizers=optimizers,
         )
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable

@@ -13,6 +13,7 @@ import time
 import zlib
 
 import torch
+from accelerate.utils import gather_object
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -144,6 +145,7 @@ def main():
     parser.add_argument("--update_chunk_size", type=int, default=None, help="rows per agent in one forward/backward")
     parser.add_argument("--generate_chunk_size", type=int, default=None, help="rows per generate call")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
+    parser.add_argument("--agent_learning_rates", type=float, nargs="+", default=None, help="one rate per agent")
     cli = parser.parse_args()
 
     tokenizer = make_tokenizer()
@@ -157,7 +159,7 @@ def main():
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, save_total_limit=cli.save_total_limit, disable_tqdm=True,
         deepspeed=cli.deepspeed, beta=cli.beta, ddp_timeout=cli.ddp_timeout, save_on_each_node=cli.save_on_each_node, use_vllm=cli.use_vllm, update_chunk_size=cli.update_chunk_size,
-        generate_chunk_size=cli.generate_chunk_size,
+        generate_chunk_size=cli.generate_chunk_size, agent_learning_rates=cli.agent_learning_rates,
         gradient_checkpointing=True,  # TRL's GPU default: the runs check the update under activation checkpointing
         check_functions_before_training=False
     )  # fmt: skip
@@ -231,9 +233,11 @@ def main():
             for name, p in agent.named_parameters():
                 weights[f"{i}.{name}"] = p.detach().cpu().clone()
     torch.save(weights, os.path.join(cli.output_dir, f"weights_rank{trainer.accelerator.process_index}.pt"))
+    group_lrs = gather_object([[g["lr"] for g in trainer.optimizer.param_groups]])  # every rank's optimizer
     if trainer.accelerator.is_main_process:
         info = {"num_processes": state.num_processes, "distributed_type": str(state.distributed_type),
-                "log_history": trainer.state.log_history, "visible_while_generating": visible}  # fmt: skip
+                "log_history": trainer.state.log_history, "visible_while_generating": visible,
+                "group_lrs": group_lrs}  # fmt: skip
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump(info, f)
 

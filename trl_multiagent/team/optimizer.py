@@ -1,0 +1,73 @@
+"""`AgentLearningRates`: one learning rate per agent (`MAGRPOConfig.agent_learning_rates`, after Dr. MAS,
+arXiv 2602.08847), as optimizer parameter groups.
+
+The Trainer builds one optimizer over the team with two groups (weight decay or not). With `agent_learning_rates`,
+each agent's trainable parameters (`AgentTeam.agent_parameters`: its model, or its adapter on a shared base) get
+groups of their own, split by weight decay as the Trainer splits them, each with `"lr": agent_learning_rates[i]`.
+The optimizer class and its keywords stay the Trainer's (`optim`, `optim_args`, `adam_beta1`, ...). The scheduler
+(a `LambdaLR`) multiplies every group's initial rate by the same factor, so the rates keep their ratios; the groups
+and their rates are saved with the optimizer and restored on resume.
+
+Under DeepSpeed, the Trainer's optimizer (this one) is used when the DeepSpeed config has no "optimizer" section;
+`arguments.check_agent_learning_rates` refuses a DeepSpeed optimizer, or scheduler, that would drop the rates, and an
+optimizer given to the trainer (`optimizers=`), which the Trainer uses as it is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def agent_parameter_groups(team, model: torch.nn.Module, rates: list[float], decay_names, weight_decay: float):
+    """Optimizer groups: for each agent, its trainable parameters with and without weight decay, at its rate.
+
+    `model` is what the optimizer covers (the team); `decay_names` are its parameter names that take weight decay
+    (`Trainer.get_decay_parameter_names`). A frozen agent (`trainable_agents`) has no trainable parameter, hence no
+    group. A trainable parameter that belongs to no agent is refused: it would have no rate.
+    """
+    decay_names = set(decay_names)
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    groups, seen = [], set()
+    for i, rate in enumerate(rates):
+        own = [p for p in team.agent_parameters(i) if p.requires_grad and id(p) not in seen]
+        seen.update(id(p) for p in own)
+        for decays in (True, False):
+            params = [p for p in own if (name_of.get(id(p)) in decay_names) == decays]
+            if params:
+                groups.append({"params": params, "weight_decay": weight_decay if decays else 0.0, "lr": rate})
+    unowned = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen]
+    if unowned:
+        raise ValueError(
+            f"MAGRPOConfig.agent_learning_rates: {len(unowned)} trainable parameter(s) belong to no agent (first: "
+            f"{unowned[0]!r}), so they would have no rate. Freeze them, or leave agent_learning_rates None."
+        )
+    return groups
+
+
+class AgentLearningRates:
+    """Trainer mixin: `create_optimizer` gives each agent its own parameter groups at `args.agent_learning_rates[i]`
+    (`self.team`: the `AgentTeam`); with `agent_learning_rates=None` it is the Trainer's."""
+
+    def create_optimizer(self, *args, **kwargs):
+        rates = self.args.agent_learning_rates
+        if rates is None or self.optimizer is not None:
+            return super().create_optimizer(*args, **kwargs)
+        model = args[0] if args else kwargs.get("model")
+        model = self.model if model is None else model
+        if getattr(self, "optimizer_cls_and_kwargs", None) is not None:
+            optimizer_cls, optimizer_kwargs = self.optimizer_cls_and_kwargs
+        else:
+            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        builds_own_groups = sorted({"params", "model", "optimizer_dict"} & set(optimizer_kwargs))
+        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+            builds_own_groups.append("a factory that groups the model's parameters itself")
+        if builds_own_groups:
+            raise ValueError(
+                f"MAGRPOConfig.agent_learning_rates needs an optimizer built from parameter groups, but "
+                f"optim={self.args.optim!r} builds its own ({', '.join(builds_own_groups)}), so the per-agent rates "
+                "would be ignored. Choose another `optim`, or leave agent_learning_rates None."
+            )
+        decay_names = self.get_decay_parameter_names(model)
+        groups = agent_parameter_groups(self.team, model, rates, decay_names, self.args.weight_decay)
+        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        return self.optimizer
