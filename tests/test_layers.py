@@ -19,6 +19,7 @@ FLOORS = [
     ["config"],
     ["arguments"],
     ["trainer"],
+    ["evaluation"],  # `python -m trl_multiagent.evaluation`: runs saved teams through the trainer's rollout
     [""],  # the package's __init__
 ]
 OUTSIDE = ("demo", "models", "plot")
