@@ -138,10 +138,11 @@ def print_steps(runs: dict) -> None:
     """Every step of every run: each phase's wall-clock seconds, this process's CPU seconds (every thread, colocated
     engines included) and the rest of the machine's CPU seconds meanwhile; the update's tokens (prompts and
     completions) and the mean completion length, which set the update's work (a completion token also pays the LM head
-    and the log-softmax over the vocabulary, a prompt token does not)."""
+    and the log-softmax over the vocabulary, a prompt token does not); and the update's page faults (memory the
+    allocator took fresh from the kernel, paid in kernel time)."""
     print("per step, each phase as wall s / this process's CPU s / other processes' CPU s:")
     print(f"{'run':22}{'step':>5}" + "".join(f"{p:>20}" for p in PHASES) + f"{'step s':>9}{'upd tokens':>11}"
-          f"{'compl len':>10}")  # fmt: skip
+          f"{'compl len':>10}{'upd faults':>11}")  # fmt: skip
     for (backend, repeat), logs in runs.items():
         for step, log in enumerate(logs, 1):
             cells = []
@@ -151,7 +152,8 @@ def print_steps(runs: dict) -> None:
                 cells.append(f"{wall:.2f}/{cpu:.2f}/{other:.2f}")
             label = f"{backend} #{repeat}"
             print(f"{label:22}{step:>5}" + "".join(f"{c:>20}" for c in cells)
-                  + f"{log['step_time']:9.2f}{log['update_tokens']:11.0f}{log['completion_length']:10.1f}")  # fmt: skip
+                  + f"{log['step_time']:9.2f}{log['update_tokens']:11.0f}{log['completion_length']:10.1f}"
+                  f"{log.get('timing/update_page_faults', float('nan')):11.0f}")  # fmt: skip
 
 
 def print_side_by_side(runs: dict, repeats: int, steps: int) -> None:

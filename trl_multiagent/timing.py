@@ -6,13 +6,15 @@ Each phase is logged three ways, so that a slow phase shows whether it computed 
 - `timing/{phase}_cpu_s`: CPU seconds of this process, every thread counted (colocated vLLM engines run in it, so an
   engine busy in the background shows here);
 - `timing/{phase}_other_cpu_s`: CPU seconds the rest of the machine used meanwhile (other processes: a vLLM engine
-  core in its own process, data workers, another job), from `/proc/stat`; absent where that file is missing.
+  core in its own process, data workers, another job), from `/proc/stat`; absent where that file is missing;
+- `timing/{phase}_page_faults`: the page faults this process took (each first touch of memory the allocator got
+  fresh from the kernel costs one per 4 KiB page, in kernel time counted in the CPU seconds).
 
 >>> times = RolloutTimes()
 >>> with times.phase("generate"):
 ...     pass
 >>> times.generated_tokens += 50
->>> sorted(key for key in times.metrics(PhaseTimes(("reward",))) if not key.endswith("cpu_s"))
+>>> sorted(key for key in times.metrics(PhaseTimes(("reward",))) if not key.endswith(("cpu_s", "page_faults")))
 ['throughput/generate_tokens_per_s', 'timing/generate_s', 'timing/logps_s', 'timing/reward_s', 'timing/sync_s']
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import resource
 import time
 from dataclasses import dataclass
 
@@ -44,24 +47,29 @@ def machine_cpu_seconds() -> float:
 class Reading:
     """Wall-clock, this process's CPU and the machine's busy CPU seconds; a difference of two is a span's cost.
 
-    >>> span = Reading(10.0, 4.0, 9.0) - Reading(8.0, 3.0, 5.0)
-    >>> span.wall, span.cpu, span.other_cpu
-    (2.0, 1.0, 3.0)
+    >>> span = Reading(10.0, 4.0, 9.0, 700) - Reading(8.0, 3.0, 5.0, 200)
+    >>> span.wall, span.cpu, span.other_cpu, span.page_faults
+    (2.0, 1.0, 3.0, 500)
     """
 
     wall: float
     cpu: float
     machine_cpu: float
+    page_faults: int = 0
 
     @classmethod
     def now(cls) -> Reading:
-        return cls(time.perf_counter(), time.process_time(), machine_cpu_seconds())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return cls(time.perf_counter(), time.process_time(), machine_cpu_seconds(), usage.ru_minflt + usage.ru_majflt)
 
     def __sub__(self, other: Reading) -> Reading:
-        return Reading(self.wall - other.wall, self.cpu - other.cpu, self.machine_cpu - other.machine_cpu)
+        return Reading(*(a - b for a, b in zip(self._values(), other._values(), strict=True)))
 
     def __add__(self, other: Reading) -> Reading:
-        return Reading(self.wall + other.wall, self.cpu + other.cpu, self.machine_cpu + other.machine_cpu)
+        return Reading(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
+
+    def _values(self) -> tuple:
+        return self.wall, self.cpu, self.machine_cpu, self.page_faults
 
     @property
     def other_cpu(self) -> float:
@@ -93,6 +101,7 @@ class PhaseTimes:
             metrics[f"timing/{phase}_cpu_s"] = spent.cpu
             if not math.isnan(spent.machine_cpu):
                 metrics[f"timing/{phase}_other_cpu_s"] = spent.other_cpu
+            metrics[f"timing/{phase}_page_faults"] = spent.page_faults
         return metrics
 
 
@@ -116,9 +125,10 @@ class UpdateTimes:
     rollout that a micro-step may have run first).
 
     >>> times = UpdateTimes()
-    >>> times.add(Reading(2.0, 3.5, 4.0), tokens=100); times.add(Reading(2.0, 4.0, 4.0), tokens=300)
-    >>> times.flush()
-    {'timing/update_s': 4.0, 'timing/update_cpu_s': 7.5, 'timing/update_other_cpu_s': 0.5, 'throughput/update_tokens_per_s': 100.0}
+    >>> times.add(Reading(2.0, 3.5, 4.0, 10), tokens=100); times.add(Reading(2.0, 4.0, 4.0, 20), tokens=300)
+    >>> times.flush()  # doctest: +NORMALIZE_WHITESPACE
+    {'timing/update_s': 4.0, 'timing/update_cpu_s': 7.5, 'timing/update_other_cpu_s': 0.5, 'timing/update_page_faults': 30,
+     'throughput/update_tokens_per_s': 100.0}
     >>> times.spent == ZERO, times.tokens
     (True, 0)
     """
@@ -135,6 +145,7 @@ class UpdateTimes:
         metrics = {"timing/update_s": self.spent.wall, "timing/update_cpu_s": self.spent.cpu}
         if not math.isnan(self.spent.machine_cpu):
             metrics["timing/update_other_cpu_s"] = self.spent.other_cpu
+        metrics["timing/update_page_faults"] = self.spent.page_faults
         metrics["throughput/update_tokens_per_s"] = self.tokens / max(self.spent.wall, 1e-9)
         self.spent, self.tokens = ZERO, 0
         return metrics
