@@ -15,6 +15,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from . import arguments, checkpoint
 from .config import MAGRPOConfig
+from .devices import reuse_freed_memory
 from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
 from .generation import build_generator
 from .generation.output import Generation
@@ -60,16 +61,15 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         agents: models or model ids, one per agent (heterogeneous teams allowed).
         model, num_agents: alternatively one model (or id) copied `num_agents` times.
         tokenizer / processing_class: one tokenizer for every agent, or one per agent.
-        reward_func / reward_funcs: reward callable(s) or reward models; weights from `args.reward_weights`. Joint
-            rewards take one list of completions per agent; TRL's (`f(completions, **kwargs)`, all of `trl.rewards`,
-            model ids) score each agent, combined by `args.agent_reward_aggregation` (see `rewards`).
+        reward_func / reward_funcs: reward callables or models, weighted by `args.reward_weights`. Joint rewards take
+            a list of completions per agent; TRL's (`f(completions, **kwargs)`, `trl.rewards`, model ids) score each
+            agent, combined by `args.agent_reward_aggregation` (see `rewards`).
         reward_processing_classes, quantization_config: GRPOTrainer's (quantization: agents loaded from ids, CUDA).
         tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
             agent or per agent; one world per joint trajectory, shared by the agents and copied at each branch.
         rollout_func: GRPOTrainer's; refused, with the reason (`arguments.REFUSED_GRPO_ARGUMENTS`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
-        formatters: optional per-agent callables mapping a dataset row to that agent's first prompt (one callable
-            serves every agent).
+        formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
         **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, `model_config`, `wandb_config`,
             `eval_logger`, `eval_aggregator`), translated by `compat.comlrl.trainer_arguments`.
 
@@ -147,6 +147,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
         self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
+        reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
@@ -169,8 +170,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
             self.add_callback(callback)
         fused_heads_on_agents(self.team, self.temperature)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
-        # Adapter agents use their base (adapter disabled) as reference, at no extra memory; full models need a copy.
-        self.ref_team = None
+        self.ref_team = None  # adapters' reference: their base (adapter off), no extra memory; full models: a copy
         if self.beta != 0.0 and not self.team.all_adapters:
             self.ref_team = build_reference(self.accelerator, self.model, self.is_deepspeed_enabled)
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
