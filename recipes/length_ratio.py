@@ -41,10 +41,12 @@ default model (plain prompts, full fine-tuning at TRL's default learning rate):
 
 Precedence: command-line flags > `--config` YAML > DEMO_SIZE (default model only) > RECIPE_DEFAULTS.
 
-At the end it saves `<output_dir>/agent_{i}/`, `<output_dir>/trainer_state.json` and the curves
-`<output_dir>/rewards.png` (`trl_multiagent.demo.plot`: per-step points and a moving average), and prints, per turn, the
-mean reward of the first and of the last quarter of the steps with standard errors and whether it improved
-(`trl_multiagent.demo.summary`), and the agents' mean completion lengths.
+At the end it saves `<output_dir>/agent_{i}/`, `<output_dir>/trainer_state.json`, the curves `<output_dir>/rewards.png`
+(`trl_multiagent.demo.plot`: per-step points and a moving average) and `<output_dir>/evaluation_task.json`, the task
+that `python -m trl_multiagent.evaluation <output_dir>` evaluates the saved team on (this reward and transition, the
+held-out prompts `HELD_OUT_PROMPTS`; docs/evaluation.md). It prints, per turn, the mean reward of the first and of the
+last quarter of the steps with standard errors and whether it improved (`trl_multiagent.demo.summary`), and the
+agents' mean completion lengths.
 
 TRL's model flags work as on TRL's `grpo.py` (`ModelConfig`): `--dtype`, `--attn_implementation`, and `--use_peft
 --lora_r 16 --lora_target_modules all-linear`, which builds the shared-base LoRA team.
@@ -72,6 +74,7 @@ from trl_multiagent.demo.examples import (
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
 from trl_multiagent.demo.summary import summary_lines
+from trl_multiagent.evaluation import write_task_file
 from trl_multiagent.team.model_config import team_from_model_config
 
 
@@ -243,7 +246,17 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     trainer.save_state()  # <output_dir>/trainer_state.json, which `python -m trl_multiagent.plot` reads
 
     if trainer.is_world_process_zero():
+        # the task `python -m trl_multiagent.evaluation <output_dir>` evaluates the saved team on (docs/evaluation.md)
+        examples, chat = "trl_multiagent.demo.examples", script_args.prompt_format == "chat"
+        task_file = write_task_file(
+            training_args.output_dir,
+            reward=f"{examples}:length_ratio_reward",
+            transition=f"{examples}:{'chat_length_feedback' if chat else 'length_feedback'}",
+            prompts=f"{examples}:HELD_OUT_PROMPTS",
+            prompt_format=script_args.prompt_format,
+        )
         print(f"Saved {training_args.num_agents} agents under {training_args.output_dir}/agent_*/")
+        print(f"Evaluation task: {task_file} (python -m trl_multiagent.evaluation {training_args.output_dir})")
         print("\n".join(summary_lines(trainer.state.log_history)))
         print("\n".join(samples.lines()))
         try:

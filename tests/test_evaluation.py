@@ -1,5 +1,6 @@
-"""`python -m trl_multiagent.evaluation`: the confidence interval, the role swap, best-of-N's token budget, the errors,
-and the command end to end on a team trained and saved by `MAGRPOTrainer`."""
+"""`python -m trl_multiagent.evaluation`: the confidence interval, the role swap, best-of-N's token budget, the task (flags,
+else the run folder's evaluation_task.json), the errors, and the command end to end on a team trained and saved by
+`MAGRPOTrainer`."""
 
 import json
 import math
@@ -23,6 +24,7 @@ from trl_multiagent.rollout.tree import run_rollout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVAL_PROMPTS = ["Describe a library under the sea:", "Invent a new sport:", "Write a lullaby for a robot:"]
+EXAMPLES = "trl_multiagent.demo.examples"  # the main job's task, as its recipe names it in evaluation_task.json
 
 
 # --- the confidence interval ------------------------------------------------------------------------------------------
@@ -202,8 +204,9 @@ def test_role_swap_equals_the_team_with_its_agents_reversed(tmp_path, tokenizer,
     assert ev.find_team(str(team_dir)).kind == kind
     settings = dict(num_turns=2, num_generations=2, max_new_tokens=8, best_of_n=False, progress=False)
     settings["greedy"] = kind == "shared_lora"  # one decoding each: sampling (same seed) and greedy
-    ours = ev.evaluate_team(str(team_dir), prompts=EVAL_PROMPTS, **settings)
-    theirs = ev.evaluate_team(str(reversed_dir), prompts=EVAL_PROMPTS, role_swap=False, **settings)
+    task = dict(reward=length_ratio_reward, transition=length_feedback, prompts=EVAL_PROMPTS)
+    ours = ev.evaluate_team(str(team_dir), **task, **settings)
+    theirs = ev.evaluate_team(str(reversed_dir), role_swap=False, **task, **settings)
     swap, reversed_team = ours["runs"]["role_swap"], theirs["runs"]["team"]
     assert swap["seats"] == [1, 0] and reversed_team["seats"] == [0, 1]
     assert swap["per_prompt"] == reversed_team["per_prompt"]
@@ -243,12 +246,18 @@ def test_errors_name_the_flag_or_value(tmp_path, tokenizer, capsys):
     (tmp_path / "empty").mkdir()
     code, err = run_main([str(tmp_path / "empty")], capsys)
     assert code == 2 and "no agent_0/ folder" in err and "no agent_* folders" in err
-    # three agents, but the default reward scores two
     three = tmp_path / "three"
     for i in range(3):
         (three / f"agent_{i}").mkdir(parents=True)
         (three / f"agent_{i}" / "config.json").write_text("{}")
         tokenizer.save_pretrained(three / f"agent_{i}")
+    # no task: neither flags nor the run folder's evaluation_task.json; the error names both ways
+    code, err = run_main([str(three)], capsys)
+    assert code == 2 and "--reward and --prompts not given" in err and "evaluation_task.json" in err, err
+    code, err = run_main([str(three), "--reward", "json:loads"], capsys)
+    assert code == 2 and "(--prompts not given" in err and "evaluation_task.json" in err, err
+    # three agents, but the task file's reward (the main job's) scores two
+    ev.write_task_file(three, reward=f"{EXAMPLES}:length_ratio_reward", prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS")
     code, err = run_main([str(three)], capsys)
     assert code == 2 and "--reward" in err and "scores 2 agents" in err and "3 agent folders" in err
     for spec, says in [
@@ -266,12 +275,48 @@ def test_errors_name_the_flag_or_value(tmp_path, tokenizer, capsys):
     assert "unrecognized arguments: --num_turn" in capsys.readouterr().err
 
 
+def test_the_task_comes_from_the_flags_else_the_run_folders_file(tmp_path):
+    path = ev.write_task_file(tmp_path, reward="m:reward", prompts="held_out.jsonl", prompt_format="chat")
+    assert path == str(tmp_path / "evaluation_task.json")
+    task = ev.resolve_task(str(tmp_path))  # a relative .jsonl is read from the run folder
+    assert (task.reward, task.transition, task.prompts) == ("m:reward", None, str(tmp_path / "held_out.jsonl"))
+    assert task.prompt_format == "chat" and task.file == path and task.label("reward") == f"{path} 'reward'"
+    # each flag given wins over the file's key; the others still come from the file
+    task = ev.resolve_task(str(tmp_path), reward="x:r", transition="x:t", prompt_format="plain")
+    assert (task.reward, task.transition, task.prompts, task.prompt_format) == (
+        "x:r", "x:t", str(tmp_path / "held_out.jsonl"), "plain"
+    )  # fmt: skip
+    assert task.label("reward") == "--reward" and task.label("prompts") == f"{path} 'prompts'"
+    # flags alone, no file: prompt_format "auto"
+    other = tmp_path / "other"
+    other.mkdir()
+    task = ev.resolve_task(str(other), reward="x:r", prompts="x:p")
+    assert task.file is None and task.prompt_format == "auto"
+    # a bad file, and a bad spec in it, are named
+    (other / "evaluation_task.json").write_text('{"reward": "json:__doc__", "prompt": "x:p"}')
+    with pytest.raises(ev.EvaluationError, match=r"unknown keys \['prompt'\]"):
+        ev.resolve_task(str(other))
+    (other / "evaluation_task.json").write_text('{"reward": "json:__doc__", "prompts": ["a"]}')
+    with pytest.raises(ev.EvaluationError, match="'prompts' must be a string"):
+        ev.resolve_task(str(other))
+    ev.write_task_file(other, reward="json:__doc__", prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS")
+    with pytest.raises(ev.EvaluationError, match="evaluation_task.json 'reward' 'json:__doc__' is a str"):
+        ev.load_task(ev.resolve_task(str(other)), tokenizer=None)
+    with pytest.raises(ValueError, match="reward must be a `module:attribute` string"):
+        ev.write_task_file(other, reward=len, prompts="x:p")
+
+
 # --- end to end: a trained, saved team through the command ------------------------------------------------------------
 
 
 def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir):
     team_dir = tmp_path / "out"
     train_lora_team(team_dir, tiny_model_dir, tokenizer, tmp_path)
+    # the reward and transition from the run folder's task file, as the recipe writes it; --prompts wins over its own
+    task_file = ev.write_task_file(
+        team_dir, reward=f"{EXAMPLES}:length_ratio_reward", transition=f"{EXAMPLES}:length_feedback",
+        prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS",
+    )  # fmt: skip
     prompts = tmp_path / "held_out.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EVAL_PROMPTS))
     command = [
@@ -283,6 +328,8 @@ def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((team_dir / "evaluation.json").read_text())
     assert result["team"]["kind"] == "shared_lora" and result["task"]["num_prompts"] == len(EVAL_PROMPTS)
+    assert result["task"]["task_file"] == task_file and result["task"]["prompts"] == str(prompts)
+    assert result["task"]["transition"] == f"{EXAMPLES}:length_feedback"
     assert set(result["runs"]) == {"team", "role_swap", "best_of_n"}
     for run in result["runs"].values():
         assert set(run["turns"]) == {"1", "2"}
@@ -311,11 +358,11 @@ def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir
 @pytest.mark.slow
 def test_the_command_on_the_embedded_model(tmp_path):
     """The main job's path: a shared-base LoRA team on the embedded SmolLM2-135M-Instruct, saved as the recipe saves
-    it (its adapters record the Hub id as their base), evaluated with the default task. Untrained (zero LoRA updates),
-    small settings: about a minute on 2 CPU cores."""
+    it (its adapters record the Hub id as their base), evaluated on the task file the recipe writes. Untrained (zero
+    LoRA updates), small settings: about a minute on 2 CPU cores."""
     from peft import LoraConfig
 
-    from trl_multiagent.demo.examples import PROMPTS, as_user_message, chat_length_feedback
+    from trl_multiagent.demo.examples import HELD_OUT_PROMPTS, PROMPTS, as_user_message, chat_length_feedback
     from trl_multiagent.demo.models import HUB_ID, default_model_dir, is_prepared
 
     if not is_prepared(default_model_dir()):
@@ -330,6 +377,10 @@ def test_the_command_on_the_embedded_model(tmp_path):
         train_dataset=Dataset.from_dict({"prompt": [as_user_message(p) for p in PROMPTS]}), args=args,
     )  # fmt: skip
     trainer.save_model(str(tmp_path / "out"))
+    ev.write_task_file(  # as recipes/length_ratio.py writes it
+        tmp_path / "out", reward=f"{EXAMPLES}:length_ratio_reward", transition=f"{EXAMPLES}:chat_length_feedback",
+        prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS", prompt_format="chat",
+    )  # fmt: skip
     assert (
         json.loads((tmp_path / "out" / "agent_0" / "adapter_config.json").read_text())["base_model_name_or_path"]
         == HUB_ID
@@ -344,6 +395,6 @@ def test_the_command_on_the_embedded_model(tmp_path):
     result = json.loads((tmp_path / "out" / "evaluation.json").read_text())
     assert result["team"]["kind"] == "shared_lora" and result["team"]["bases"][0] == str(default_model_dir())
     assert result["task"]["chat_prompts"] and result["task"]["transition"].endswith(":chat_length_feedback")
-    assert result["task"]["num_prompts"] == len(ev.HELD_OUT_PROMPTS) == result["runs"]["team"]["turns"]["2"]["n"]
+    assert result["task"]["num_prompts"] == len(HELD_OUT_PROMPTS) == result["runs"]["team"]["turns"]["2"]["n"]
     # untrained adapters are equal: the swapped team is the same team
     assert result["runs"]["role_swap"]["per_prompt"] == result["runs"]["team"]["per_prompt"]

@@ -1,5 +1,6 @@
 """The package's floors (docs/architecture.md): each module imports only from its own floor or the floors below,
-CoMLRL is reached through its two seams only, and the core imports none of the demo tooling."""
+CoMLRL is reached through its two seams only, and the core imports none of the demo tooling, nor names it in a string
+(an `importlib` spec or a `module:function` default)."""
 
 import ast
 import pathlib
@@ -19,7 +20,7 @@ FLOORS = [
     ["config"],
     ["arguments"],
     ["trainer"],
-    ["evaluation"],  # `python -m trl_multiagent.evaluation`: runs saved teams through the trainer's rollout
+    ["evaluation"],  # `python -m trl_multiagent.evaluation`: its modules import each other and anything below
     [""],  # the package's __init__
 ]
 OUTSIDE = ("demo", "models", "plot")
@@ -87,6 +88,10 @@ def test_imports_go_down_only(path):
         ("trainer", "from .compat import comlrl", "only ['arguments', 'config'] reach"),
         ("generation.vllm_colocate", "from ..rollout.credit import joint_choices", None),  # floor 0: allowed
         ("generation.base", "from ..rollout.tree import Node", "imports rollout.tree"),
+        ("evaluation.runs", "from .statistics import mean_ci", None),  # within floor 9: allowed
+        ("evaluation.runs", "from ..trainer import MAGRPOTrainer", None),
+        ("trainer", "from .evaluation.statistics import mean_ci", "floor 8) imports evaluation.statistics (floor 9)"),
+        ("evaluation.task", "from ..demo.examples import HELD_OUT_PROMPTS", "imports the demo tooling"),
     ],
 )
 def test_the_check_finds_a_back_edge(module, line, found):
@@ -100,3 +105,33 @@ def test_the_architecture_page_names_every_module():
         module = module_name(path)
         if path.name != "__init__.py":
             assert f"`{module}`" in page or f"`{module.split('.')[-1]}`" in page, module
+
+
+def demo_names(source: str) -> list[str]:
+    """The strings of `source`, docstrings left out, that name a demo module: the demo tooling reached by name
+    (`importlib`, a `module:function` default) instead of by an import."""
+    tree = ast.parse(source)
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, documented) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        if "trl_multiagent.demo" in node.value
+    ]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_the_core_names_no_demo_module(path):
+    if module_name(path).split(".")[0] not in OUTSIDE:
+        assert demo_names(path.read_text()) == []
+
+
+def test_the_name_check_sees_a_demo_task_named_as_a_string():
+    source = '"""Docs may name trl_multiagent.demo.examples."""\nTASK = {"reward": "trl_multiagent.demo.examples:r"}\n'
+    assert demo_names(source) == ["trl_multiagent.demo.examples:r"]
+    assert demo_names('spec = f"trl_multiagent.demo.examples:{name}"\n') == ["trl_multiagent.demo.examples:"]

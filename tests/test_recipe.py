@@ -8,7 +8,9 @@ import sys
 import pytest
 import torch
 
+from trl_multiagent.demo.examples import HELD_OUT_PROMPTS
 from trl_multiagent.demo.summary import quarter_change
+from trl_multiagent.evaluation import load_task, resolve_task
 
 
 RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "length_ratio.py")
@@ -99,6 +101,12 @@ def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys)
     assert (out / "trainer_state.json").is_file()
     png = out / "rewards.png"
     assert png.is_file() and png.read_bytes()[:8] == PNG_SIGNATURE and png.stat().st_size > 5 * 1024
+    # the task `python -m trl_multiagent.evaluation <output_dir>` evaluates the saved team on: the recipe's own
+    task = resolve_task(str(out))
+    assert task.file == str(out / "evaluation_task.json") and task.prompt_format == "plain"
+    reward, transition, prompts, chat = load_task(task, tokenizer=None)
+    assert (reward, transition) == (recipe.length_ratio_reward, recipe.length_feedback) and not chat
+    assert prompts == HELD_OUT_PROMPTS and not set(prompts) & set(recipe.PROMPTS)
 
     printed = capsys.readouterr().out
     assert "Summary over 8 logged steps: mean of the first 2 -> the last 2" in printed
@@ -112,6 +120,7 @@ def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys)
     for agent in (0, 1):
         assert any(line.strip().startswith(f"agent {agent} mean completion length") for line in printed.splitlines())
     assert f"Reward curves: {png}" in printed
+    assert f"Evaluation task: {task.file}" in printed
     # what the agents wrote, at the first and the last step: printed when the step ends, and again in the summary
     last = history[-1]["step"]
     for step in (1, last):
@@ -152,6 +161,8 @@ def test_without_a_model_the_embedded_default_is_prepared(recipe, chat_model_dir
     assert calls == [None]
     assert f"Default model: {chat_model_dir}" in capsys.readouterr().out
     assert (tmp_path / "run" / "agent_1" / "adapter_model.safetensors").is_file()  # the main job trains LoRA adapters
+    task = resolve_task(str(tmp_path / "run"))  # the chat form of the feedback, for the chat prompts
+    assert task.transition.endswith(":chat_length_feedback") and task.prompt_format == "chat"
     # the main job's chat format: turn 1 is the seed's prompt as a user message, turn 2 the feedback as the next one
     (turn1, prompts1), (turn2, prompts2) = seen[-2:]
     assert (turn1, turn2) == (1, 2)

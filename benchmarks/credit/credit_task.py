@@ -17,7 +17,7 @@ Team reward of a joint answer (every method trains on it, and the held-out evalu
 The team reward stays in [0, 1], so the seed's early termination threshold (0.9) keeps its meaning: a node grows a
 second turn unless its joint answers are good on both counts.
 
-Training prompts: the seed's four (`PROMPTS`). Held-out prompts: `HELD_OUT_PROMPTS` of `trl_multiagent.evaluation`
+Training prompts: the seed's four (`PROMPTS`). Held-out prompts: `HELD_OUT_PROMPTS` of `trl_multiagent.demo.examples`
 (8 prompts in the same style, none of them a training prompt; checked at import).
 """
 
@@ -27,7 +27,7 @@ import re
 
 from trl_multiagent import per_agent
 from trl_multiagent.demo.examples import PROMPTS, chat_length_feedback, length_feedback, length_ratio_reward
-from trl_multiagent.evaluation import HELD_OUT_PROMPTS
+from trl_multiagent.demo.examples import HELD_OUT_PROMPTS
 
 
 RATIO_WEIGHT, ON_TOPIC_WEIGHT = 0.75, 0.25

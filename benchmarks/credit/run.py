@@ -23,7 +23,7 @@ only one option differs from today's defaults in each:
 | `agent_lr` | `agent_learning_rates=[lr, lr / 2]` (Dr. MAS), one untuned setting; run only when the trainer honours it (the worker checks the optimizer's parameter groups, and reports the method as skipped otherwise) |
 
 **Evaluation** (after training, on the saved team): `trl_multiagent.evaluation.evaluate_team` on the 8 held-out
-prompts of `trl_multiagent.evaluation.HELD_OUT_PROMPTS` (disjoint from the training prompts, listed in results.md):
+prompts of `trl_multiagent.demo.examples.HELD_OUT_PROMPTS` (disjoint from the training prompts, listed in results.md):
 sampled rollouts, K = `--eval_generations` answers per agent and node, every joint answer continued, early
 termination off; per prompt and turn the mean team reward, then the mean over the 8 prompts: one number per seed and
 turn. The table gives the mean over seeds ± the 95% confidence half-width over seeds (Student t, n - 1 degrees of

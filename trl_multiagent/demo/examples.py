@@ -1,5 +1,5 @@
-"""The seed example's task: its four prompts, the joint reward and the feedback transition. The recipe
-`recipes/length_ratio.py`, the benchmarks and the tests all use these.
+"""The seed example's task: its four prompts, the joint reward and the feedback transition, and eight held-out prompts
+for evaluating a trained team. The recipe `recipes/length_ratio.py`, the benchmarks and the tests all use these.
 
 It imports only the standard library: the benchmarks' CoMLRL workers use it, and it should bring nothing into their
 process beyond the package itself. Importing it runs `trl_multiagent/__init__.py` (the trainer and the libraries it
@@ -14,6 +14,11 @@ Agent 1's answer should be 2 to 3 times as long as agent 0's (agents are numbere
 >>> feedback = length_feedback("Describe a city in the clouds:", ["four", "four"], num_agents=2)
 >>> len(feedback), "had 4 characters. The second answer was 1.0 times as long as the first" in feedback[0]
 (2, True)
+
+No held-out prompt is a training prompt:
+
+>>> set(PROMPTS) & set(HELD_OUT_PROMPTS)
+set()
 """
 
 import math
@@ -24,6 +29,19 @@ PROMPTS = [
     "Invent a new holiday and explain it:",
     "Write a bedtime story for a dragon:",
     "Design a playground on Mars:",
+]
+
+# Held-out prompts for evaluating a trained team (`python -m trl_multiagent.evaluation`; the recipe names them in its
+# run folder's evaluation_task.json), in the style of the four training prompts, none of them a training prompt.
+HELD_OUT_PROMPTS = [
+    "Describe a library under the sea:",
+    "Invent a new sport and explain its rules:",
+    "Write a lullaby for a robot:",
+    "Design a garden on the Moon:",
+    "Describe a train that travels through time:",
+    "Invent a musical instrument and explain how it sounds:",
+    "Write a letter from a cat to its owner:",
+    "Design a school for young wizards:",
 ]
 
 
