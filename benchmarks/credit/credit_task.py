@@ -26,8 +26,13 @@ from __future__ import annotations
 import re
 
 from trl_multiagent import per_agent
-from trl_multiagent.demo.examples import PROMPTS, chat_length_feedback, length_feedback, length_ratio_reward
-from trl_multiagent.demo.examples import HELD_OUT_PROMPTS
+from trl_multiagent.demo.examples import (
+    HELD_OUT_PROMPTS,
+    PROMPTS,
+    chat_length_feedback,
+    length_feedback,
+    length_ratio_reward,
+)
 
 
 RATIO_WEIGHT, ON_TOPIC_WEIGHT = 0.75, 0.25
