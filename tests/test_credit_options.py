@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, per_agent
-from trl_multiagent.demo.testing import make_model
+from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 from trl_multiagent.rollout import Generation, run_rollout
 from trl_multiagent.rollout.credit import (
     continued,
@@ -270,11 +270,86 @@ def test_trainer_mixes_own_rewards_into_each_agents_advantages(tmp_path, tokeniz
     assert differs  # the team's reward (the agents' mean length) would give other advantages
 
 
+def chat_dataset():
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in SEED_PROMPTS]})
+
+
+def chat_rows():
+    return [{"prompt": [{"role": "user", "content": p}]} for p in SEED_PROMPTS[:2] for _ in range(2)]
+
+
+class Referee:
+    """A world whose `get_reward()` gives each agent its own reward (`per_agent_reward = True`): each joint answer acts
+    on its own copy, numbered as it is made, and agent 0 earns the number while agent 1 loses it."""
+
+    per_agent_reward = True
+    copies = 0
+
+    def reset(self, **row):
+        self.number = 0
+
+    def __deepcopy__(self, memo):
+        twin = type(self)()
+        Referee.copies += 1
+        twin.number = Referee.copies
+        return twin
+
+    def get_reward(self) -> list[float]:
+        return [float(self.number), -float(self.number)]
+
+
+@pytest.mark.parametrize("team_weight", [0.0, 1.0])
+def test_an_environments_per_agent_reward_is_each_agents_own(tmp_path, team_weight):
+    """Own rewards (n, -n) for joint answer n: their mean, the team's reward, is 0, so with team_reward_weight=1 every
+    advantage is 0; with 0, agent 0 learns from n and agent 1 from -n: opposite advantages, not zero."""
+    args = config(tmp_path, team_reward_weight=team_weight, scale_rewards="none", num_turns=1)
+    tokenizer = make_tool_tokenizer()
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer, reward_funcs=[],
+        environment_factory=Referee, train_dataset=chat_dataset(), args=args,
+    )  # fmt: skip
+    batches = trainer._generate_and_score_completions(chat_rows())
+    tree = trainer.last_rollout
+    numbers = [tree.joint_actions[a].own_rewards[0] for node in tree.nodes for a in node.joint_actions]
+    assert len(set(numbers)) == len(numbers) == 4  # every joint answer its own world
+    assert all(a.reward == 0.0 and a.own_rewards == [n, -n] for a, n in zip(tree.joint_actions, numbers, strict=True))
+    first, second = (batches["agents"][i]["advantages"][:4] for i in range(2))
+    if team_weight == 1.0:
+        assert first.abs().max() == second.abs().max() == 0
+    else:
+        expected = torch.tensor(numbers).view(2, 2)
+        torch.testing.assert_close(first, (expected - expected.mean(dim=1, keepdim=True)).flatten())
+        torch.testing.assert_close(second, -first)
+        assert first.abs().max() > 0
+
+
+class TeamReferee(Referee):
+    per_agent_reward = False
+
+
+def test_an_environment_returning_a_list_without_saying_so_is_told_how(tmp_path):
+    tokenizer = make_tool_tokenizer()
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer, reward_funcs=[],
+        environment_factory=TeamReferee, train_dataset=chat_dataset(), args=config(tmp_path, num_turns=1),
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"TeamReferee.get_reward\(\) returned \[\d+.0, -\d+.0\], a list.*per_agent_reward = True"
+    ):
+        trainer._generate_and_score_completions(chat_rows())
+
+
 def test_a_reward_mix_without_per_agent_rewards_is_refused(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"team_reward_weight=0.7 .* none of the reward functions"):
         MAGRPOTrainer(
             agents=["no/such-model"] * 2, tokenizer=tokenizer, reward_func=length_ratio_reward,
             train_dataset=dataset(), args=config(tmp_path, team_reward_weight=0.7),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"none of the reward functions \['TeamReferee'\].*per_agent_reward = True"):
+        MAGRPOTrainer(
+            agents=["no/such-model"] * 2, tokenizer=make_tool_tokenizer(), reward_funcs=[],
+            environment_factory=TeamReferee, train_dataset=chat_dataset(),
+            args=config(tmp_path, team_reward_weight=0.7, num_turns=1),
         )  # fmt: skip
 
 

@@ -225,12 +225,13 @@ def user_functions(
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
     joint_reward = JointReward(funcs, weights, num_agents, columns, reward_processor, args.agent_reward_aggregation)
-    if args.team_reward_weight != 1.0 and not any(joint_reward.per_agent):
+    if args.team_reward_weight != 1.0 and not joint_reward.gives_own_rewards:
         raise ValueError(
             f"MAGRPOConfig: team_reward_weight={args.team_reward_weight} mixes each agent's own reward into the team's, "
             f"but none of the reward functions {joint_reward.names} gives one: each is joint. Add a reward in TRL's "
-            "per-agent convention (`f(completions, **kwargs)`, or wrap it in `trl_multiagent.per_agent`), or leave "
-            "team_reward_weight at 1.0."
+            "per-agent convention (`f(completions, **kwargs)`, or wrap it in `trl_multiagent.per_agent`), set "
+            "`per_agent_reward = True` on an environment class whose get_reward() returns one value per agent, or "
+            "leave team_reward_weight at 1.0."
         )
     if args.agent_learning_rates is not None and len(args.agent_learning_rates) != num_agents:
         raise ValueError(

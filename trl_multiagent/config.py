@@ -137,8 +137,9 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             With `branching="top"`: how many joint answers of each node continue (`>= 1`).
         team_reward_weight (`float`, *optional*, defaults to `1.0`):
             alpha of PettingLLMs' reward mix: agent i learns from `alpha * team + (1 - alpha) * own_i`, where `own_i`
-            counts agent i's own value of each per-agent reward function (TRL's convention) in place of their
-            aggregate. `1.0`: every agent learns from the team's reward. Below 1 needs a per-agent reward function.
+            counts agent i's own value of each per-agent reward function (TRL's convention), or of an environment's
+            `get_reward()` when its class sets `per_agent_reward = True`, in place of their aggregate. `1.0`: every
+            agent learns from the team's reward. Below 1 needs such a per-agent reward.
         agent_learning_rates (`list[float]` or `None`, *optional*):
             One learning rate per agent (Dr. MAS), each agent's parameters in an optimizer group of their own; the
             scheduler scales each as it scales `learning_rate`. `None`: every agent uses `learning_rate`.
@@ -297,7 +298,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         default=1.0,
         metadata={
             "help": "alpha: agent i learns from alpha * team reward + (1 - alpha) * its own reward (per-agent reward "
-            "functions). 1.0: the team's reward only."
+            "functions, or an environment with per_agent_reward = True). 1.0: the team's reward only."
         },
     )
     agent_learning_rates: list[float] | None = field(

@@ -138,6 +138,23 @@ def per_joint_action(func: Callable) -> Callable:
     return _stated(func, "per_joint_action")
 
 
+def each_agent(func: Callable) -> Callable:
+    """State that the joint function `func` returns, per joint action, one value per agent (agent i's own reward)
+    instead of one team value. The team's value is their aggregate (`MAGRPOConfig.agent_reward_aggregation`), and
+    `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value into what it learns from. An environment's
+    ``get_reward()`` is read this way when its class sets ``per_agent_reward = True`` (`rollout.worlds`).
+
+    >>> @each_agent
+    ... def referee(completions_0, completions_1):
+    ...     return [[float(len(a)), float(len(b))] for a, b in zip(completions_0, completions_1)]
+    >>> reward = JointReward([referee], None, num_agents=2)
+    >>> total, per_func, by_agent = reward([["ab"], ["wxyz"]], 1, {})
+    >>> total, reward.own_rewards(per_func, by_agent, 1)
+    ([3.0], [[2.0, 4.0]])
+    """
+    return _stated(func, "each_agent")
+
+
 def _stated(func: Callable, convention: str) -> Callable:
     """`func` behind a wrapper that carries its convention (sync or async as `func` is); its name and signature are
     `func`'s."""
@@ -163,7 +180,8 @@ def _stated(func: Callable, convention: str) -> Callable:
 
 
 def stated_convention(func) -> str | None:
-    """The convention a `joint`, `per_agent` or `per_joint_action` wrapper states, or None (it is inferred)."""
+    """The convention a `joint`, `per_agent`, `per_joint_action` or `each_agent` wrapper states, or None (it is
+    inferred)."""
     return getattr(func, _CONVENTION, None)
 
 
@@ -237,10 +255,11 @@ class JointReward:
         self.num_agents = num_agents
         self.per_agent = [is_per_agent(f) for f in self.funcs]
         stated = [stated_convention(f) for f in self.funcs]
+        self.each_agent = [c == "each_agent" for c in stated]
         # per function: True for CoMLRL's convention; None until a call with several joint actions shows whether an
         # unwrapped joint function scores them all at once
         self.one_action_per_call: list[bool | None] = [
-            False if p else {"joint": False, "per_joint_action": True}.get(c)
+            False if p else {"joint": False, "per_joint_action": True, "each_agent": False}.get(c)
             for p, c in zip(self.per_agent, stated, strict=True)
         ]
         self.one_list = [False] * len(self.funcs)
@@ -311,6 +330,10 @@ class JointReward:
                     for i in range(self.num_agents)
                 ]
                 per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
+            elif self.each_agent[f]:
+                values = self._call_joint(f, completions, keywords, list(range(count)), turn)
+                per_agent[f] = check_agent_rewards(self.names[f], values, count, self.num_agents, turn)
+                per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
             else:
                 per_func.append(self._joint_values(f, completions, keywords, count, turn))
         scored = [w for f, w in enumerate(self.weights) if self._ready(f)]
@@ -320,6 +343,11 @@ class JointReward:
             values = [w * vals[j] for w, vals in zip(scored, processed, strict=True) if vals[j] is not None]
             total.append(sum(values) if values else 0.0)
         return total, per_func, per_agent
+
+    @property
+    def gives_own_rewards(self) -> bool:
+        """Whether some function gives each agent its own value (per-agent, or a joint `each_agent` one)."""
+        return any(p or e for p, e in zip(self.per_agent, self.each_agent, strict=True))
 
     def own_rewards(self, per_func: list, per_agent: dict, turn: int) -> list[list[float]] | None:
         """Each agent's own reward per joint action (``[joint action][agent]``), from `__call__`'s values: the same
@@ -462,6 +490,38 @@ def score_with_model(model, tokenizer, prompts: list, completions: list[str], co
     inputs = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
     device = next(model.parameters()).device
     return model(**inputs.to(device)).logits[:, 0].float().tolist()
+
+
+def check_agent_rewards(name: str, values: Any, count: int, num_agents: int, turn: int) -> list[list[float | None]]:
+    """An `each_agent` function's values, one list of `num_agents` numbers (or None) per joint action, as
+    ``[agent][joint action]``; or a clear error naming the function, the turn and what it returned.
+
+    >>> check_agent_rewards("referee", [[1, 2], None], 2, 2, 1)
+    [[1.0, None], [2.0, None]]
+    """
+
+    def is_list(value, length: int) -> bool:
+        return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) == length
+
+    where = f"Reward function {name!r} (turn {turn}) gives each agent its own reward, so it"
+    if not is_list(values, count):
+        raise ValueError(
+            f"{where} must return a list of {count} entries, one per joint action, each a list of {num_agents} "
+            f"numbers (one per agent) or None; got {_short(values, 80)}."
+        )
+    per_agent: list[list[float | None]] = [[] for _ in range(num_agents)]
+    for j, row in enumerate(values):
+        if row is not None and not is_list(row, num_agents):
+            raise ValueError(
+                f"{where} must give each joint action a list of {num_agents} numbers, one per agent (or None); got "
+                f"{_short(row, 80)} at joint action {j}."
+            )
+        checked = (
+            [None] * num_agents if row is None else check_rewards(f"{name}, joint action {j}", row, num_agents, turn)
+        )
+        for i, value in enumerate(checked):
+            per_agent[i].append(value)
+    return per_agent
 
 
 def check_rewards(name: str, values: Any, count: int, turn: int, how: str = "", joint: bool = False) -> list:

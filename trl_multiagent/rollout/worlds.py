@@ -16,6 +16,10 @@ What a team adds:
 * **Per-agent tools.** A class attribute ``agent_tools``, one list of method names per agent (or a dict from agent
   index to names; agents left out get every tool), gives agent i only those methods. TRL ignores the attribute, so the
   same class still runs under GRPOTrainer.
+* **Per-agent rewards.** A class attribute ``per_agent_reward = True`` states that ``get_reward()`` returns one value
+  per agent, agent i's own reward (`rewards.each_agent`): the reward column is their aggregate
+  (`MAGRPOConfig.agent_reward_aggregation`), and `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value
+  into what it learns from. Without it, ``get_reward()`` returns one number for the team, as in TRL.
 
 >>> class Notebook:
 ...     agent_tools = [["write"], ["read"]]
@@ -47,6 +51,8 @@ import copy
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+from .rewards import each_agent
 
 
 RESERVED_METHODS = ("reset", "get_reward")
@@ -191,16 +197,29 @@ def with_observation(prompt, observation):
 
 def _reward_column(cls: type) -> Callable:
     """The world's `get_reward()` as a joint reward function named after its class (TRL's column): one value per joint
-    action, None for a joint action whose world is of another class."""
+    action (one per agent with ``per_agent_reward = True``), None for a joint action whose world is of another class."""
+    per_agent = getattr(cls, "per_agent_reward", False)
+    if not isinstance(per_agent, bool):
+        raise TypeError(f"MAGRPOTrainer: {cls.__name__}.per_agent_reward must be True or False, got {per_agent!r}.")
+
+    def checked(value):
+        if not per_agent and isinstance(value, (list, tuple)):
+            raise ValueError(
+                f"MAGRPOTrainer: {cls.__name__}.get_reward() returned {value!r}, a list. If it gives each agent its own "
+                f"reward, set the class attribute `per_agent_reward = True` on {cls.__name__}; otherwise return one "
+                "number for the team, as TRL asks."
+            )
+        return value
+
     if inspect.iscoroutinefunction(cls.get_reward):
 
         async def reward(*completions, environments, **kwargs):
-            return [await e.get_reward() if type(e) is cls else None for e in environments]
+            return [checked(await e.get_reward()) if type(e) is cls else None for e in environments]
 
     else:
 
         def reward(*completions, environments, **kwargs):
-            return [e.get_reward() if type(e) is cls else None for e in environments]
+            return [checked(e.get_reward()) if type(e) is cls else None for e in environments]
 
     reward.__name__ = reward.__qualname__ = cls.__name__
-    return reward
+    return each_agent(reward) if per_agent else reward
