@@ -273,16 +273,18 @@ def test_a_deepspeed_config_that_would_replace_the_rates_is_refused(config, refu
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_two_processes_train_at_the_agents_rates_under_ddp_and_zero2(tmp_path):
+def test_two_processes_train_at_the_agents_rates_under_ddp_and_zero(tmp_path):
     """tests/distributed/run_length_ratio.py (SGD at a constant rate, 2 steps) with agent 0 at 0.5 and agent 1 at 0: on
     every rank the optimizer's groups hold those rates, the ranks end identical, agent 1 never moves and agent 0 does,
-    and ZeRO-2 (the Trainer's optimizer inside DeepSpeed's) reaches DDP's weights."""
+    and ZeRO-2 and ZeRO-3 (the Trainer's optimizer inside DeepSpeed's; ZeRO-3 partitions each agent's parameters)
+    reach DDP's weights."""
     pytest.importorskip("deepspeed")
     from test_distributed import DS_CONFIGS, assert_same, finished, initial_weights
 
     start = initial_weights()
     runs = {}
-    for name, extra in [("ddp", ()), ("zero2", ("--deepspeed", os.path.join(DS_CONFIGS, "ds_zero2.json")))]:
+    zero = {f"zero{stage}": ("--deepspeed", os.path.join(DS_CONFIGS, f"ds_zero{stage}.json")) for stage in (2, 3)}
+    for name, extra in [("ddp", ()), *zero.items()]:
         info, weights = finished(tmp_path / name, "--max_steps", 2, "--agent_learning_rates", 0.5, 0.0, *extra)
         assert info["num_processes"] == 2
         assert info["group_lrs"] == [[0.5, 0.5, 0.0, 0.0]] * 2, (name, info["group_lrs"])  # per rank: 2 groups each
@@ -290,7 +292,8 @@ def test_two_processes_train_at_the_agents_rates_under_ddp_and_zero2(tmp_path):
         assert all(torch.equal(weights[0][k], start[k]) for k in start if k.startswith("1."))
         assert max((weights[0][k] - start[k]).abs().max().item() for k in start if k.startswith("0.")) > 1e-4
         runs[name] = weights[0]
-    assert_same(runs["zero2"], runs["ddp"], rtol=1e-5, atol=1e-6)
+    for stage in zero:
+        assert_same(runs[stage], runs["ddp"], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
