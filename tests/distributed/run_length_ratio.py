@@ -116,6 +116,16 @@ def groups_state():
     return "held" if torch.distributed.is_initialized() else "released"
 
 
+def gloo_threads():
+    """The gloo threads still running (a group destroyed in torch's registry but still referenced keeps its threads
+    into the interpreter's finalisation)."""
+    names = []
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{thread}/comm") as comm:
+            names.append(comm.read().strip())
+    return sorted(name for name in names if "gloo" in name)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
@@ -171,7 +181,11 @@ def main():
         f.write(str(os.getpid()))
     # Registered before the trainer's own exit hook, so it runs after it (atexit is last in, first out): the script
     # just returns, and the trainer must have released the process groups by then (tests/test_distributed.py).
-    atexit.register(lambda: print(f"rank {rank}: process groups at exit: {groups_state()}", flush=True))
+    atexit.register(
+        lambda: print(
+            f"rank {rank}: process groups at exit: {groups_state()}, gloo threads {gloo_threads()}", flush=True
+        )
+    )
 
     def feedback(prompt, agent_completions, num_agents, **history):
         if rank == cli.fail_on_rank and cli.fail_in == "transition" and cli.sigkill_in is None:
