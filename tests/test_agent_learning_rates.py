@@ -152,7 +152,7 @@ class StopAt(TrainerCallback):
         control.should_training_stop = state.global_step >= self.step
 
 
-def test_resume_continues_with_the_same_rates_and_weights(tmp_path, tokenizer):
+def test_resume_continues_with_the_same_rates_and_weights(tmp_path, tokenizer, caplog):
     # 8 prompts, 2 per step: 4 steps end inside the first epoch (as tests/test_teams.py's resume test). AdamW, so the
     # optimizer's state must come back too; a linear schedule, so the rates at steps 3 and 4 are not the initial ones.
     rates = [0.02, 0.005]
@@ -182,9 +182,15 @@ def test_resume_continues_with_the_same_rates_and_weights(tmp_path, tokenizer):
     for i in range(2):
         for a, b in zip(full.team.agent_parameters(i), resumed.team.agent_parameters(i), strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
-    # The checkpoint's rates are the ones restored (optimizer and scheduler state), whatever the resumed config says.
+    assert "not applied" not in caplog.text  # the same rates: nothing to say
+    # The checkpoint's rates are the ones restored (optimizer and scheduler state), whatever the resumed config says,
+    # and the run says so.
     _, changed_lrs = run("changed", resume=checkpoint, agent_learning_rates=[1.0, 1.0])
     assert changed_lrs.lrs == resumed_lrs.lrs
+    assert (
+        "resuming at step 2 with the learning rates saved in the checkpoint (per optimizer group: [0.02, 0.02, 0.005, "
+        "0.005]); agent_learning_rates=[1.0, 1.0] asks for [1.0, 1.0, 1.0, 1.0] and is not applied"
+    ) in caplog.text
 
 
 def test_a_trainable_parameter_of_no_agent_is_refused():

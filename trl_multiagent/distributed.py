@@ -112,7 +112,7 @@ def release_groups_held_as_defaults() -> int:
     group_type = torch.distributed.ProcessGroup
     held = 0
     for function in gc.get_objects():
-        if not isinstance(function, types.FunctionType):
+        if type(function) is not types.FunctionType:  # not isinstance: some objects warn when asked their class
             continue
         defaults, keyword_defaults = function.__defaults__ or (), function.__kwdefaults__ or {}
         if any(isinstance(d, group_type) for d in (*defaults, *keyword_defaults.values())):

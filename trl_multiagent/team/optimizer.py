@@ -6,7 +6,8 @@ each agent's trainable parameters (`AgentTeam.agent_parameters`: its model, or i
 groups of their own, split by weight decay as the Trainer splits them, each with `"lr": agent_learning_rates[i]`.
 The optimizer class and its keywords stay the Trainer's (`optim`, `optim_args`, `adam_beta1`, ...). The scheduler
 (a `LambdaLR`) multiplies every group's initial rate by the same factor, so the rates keep their ratios; the groups
-and their rates are saved with the optimizer and restored on resume.
+and their rates are saved with the optimizer and restored on resume (said at WARNING when they differ from
+`agent_learning_rates`, which then has no effect: `KeptRatesWarning`).
 
 Under DeepSpeed, the Trainer's optimizer (this one) is used when the DeepSpeed config has no "optimizer" section;
 `arguments.check_agent_learning_rates` refuses a DeepSpeed optimizer, or scheduler, that would drop the rates, and an
@@ -16,6 +17,11 @@ optimizer given to the trainer (`optimizers=`), which the Trainer uses as it is.
 from __future__ import annotations
 
 import torch
+from transformers import TrainerCallback
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
 
 
 def agent_parameter_groups(team, model: torch.nn.Module, rates: list[float], decay_names, weight_decay: float):
@@ -44,9 +50,31 @@ def agent_parameter_groups(team, model: torch.nn.Module, rates: list[float], dec
     return groups
 
 
+class KeptRatesWarning(TrainerCallback):
+    """On a resumed run, says once when the rates restored with the optimizer (each group's `initial_lr`, which the
+    scheduler scales) differ from `agent_learning_rates`: the checkpoint's are the ones used, the field has no effect."""
+
+    def __init__(self, configured: list[float], agent_learning_rates: list[float]):
+        self.configured = configured  # per optimizer group, as `agent_parameter_groups` built them
+        self.agent_learning_rates = agent_learning_rates
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        if state.global_step == 0 or optimizer is None:
+            return
+        restored = [group.get("initial_lr", group["lr"]) for group in optimizer.param_groups]
+        if restored != self.configured:
+            logger.warning(
+                f"MAGRPOTrainer: resuming at step {state.global_step} with the learning rates saved in the checkpoint "
+                f"(per optimizer group: {restored}); agent_learning_rates={self.agent_learning_rates} asks for "
+                f"{self.configured} and is not applied, as a changed `learning_rate` is not on resume. Start a new run "
+                "to train at other rates."
+            )
+
+
 class AgentLearningRates:
     """Trainer mixin: `create_optimizer` gives each agent its own parameter groups at `args.agent_learning_rates[i]`
-    (`self.team`: the `AgentTeam`); with `agent_learning_rates=None` it is the Trainer's."""
+    (`self.team`: the `AgentTeam`), and adds `KeptRatesWarning`; with `agent_learning_rates=None` it is the
+    Trainer's."""
 
     def create_optimizer(self, *args, **kwargs):
         rates = self.args.agent_learning_rates
@@ -70,4 +98,5 @@ class AgentLearningRates:
         decay_names = self.get_decay_parameter_names(model)
         groups = agent_parameter_groups(self.team, model, rates, decay_names, self.args.weight_decay)
         self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        self.add_callback(KeptRatesWarning([group["lr"] for group in groups], list(rates)))
         return self.optimizer
