@@ -22,7 +22,7 @@ from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_team
 from .rollout.callables import Transition, _short, callable_name, check_prompt
 from .rollout.environment import EMPTY_CHAT, TeamEnvironment
-from .rollout.rewards import JointReward, check_agent_reward_aggregation
+from .rollout.rewards import JointReward, check_agent_reward_aggregation, each_agent
 from .rollout.tools import ToolCalling
 from .rollout.worlds import Worlds
 from .team.assembly import TeamPlan, load_tokenizers, plan_team
@@ -220,7 +220,7 @@ def user_functions(
     weights = args.reward_weights
     if world_rewards and weights is not None and len(weights) == len(funcs):
         weights = [*weights, *[1.0] * len(world_rewards)]  # TRL's weight for an environment's reward
-    funcs += world_rewards or []
+    funcs += [each_agent(f) if f.per_agent_reward else f for f in world_rewards or []]
     columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})

@@ -17,7 +17,7 @@ What a team adds:
   index to names; agents left out get every tool), gives agent i only those methods. TRL ignores the attribute, so the
   same class still runs under GRPOTrainer.
 * **Per-agent rewards.** A class attribute ``per_agent_reward = True`` states that ``get_reward()`` returns one value
-  per agent, agent i's own reward (`rewards.each_agent`): the reward column is their aggregate
+  per agent, agent i's own reward (read as `rewards.each_agent` states): the reward column is their aggregate
   (`MAGRPOConfig.agent_reward_aggregation`), and `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value
   into what it learns from. Without it, ``get_reward()`` returns one number for the team, as in TRL.
 
@@ -51,8 +51,6 @@ import copy
 import inspect
 from collections.abc import Callable
 from typing import Any
-
-from .rewards import each_agent
 
 
 RESERVED_METHODS = ("reset", "get_reward")
@@ -197,7 +195,8 @@ def with_observation(prompt, observation):
 
 def _reward_column(cls: type) -> Callable:
     """The world's `get_reward()` as a joint reward function named after its class (TRL's column): one value per joint
-    action (one per agent with ``per_agent_reward = True``), None for a joint action whose world is of another class."""
+    action (one list per joint action, a value per agent, with ``per_agent_reward = True``, which the function keeps as
+    its attribute), None for a joint action whose world is of another class."""
     per_agent = getattr(cls, "per_agent_reward", False)
     if not isinstance(per_agent, bool):
         raise TypeError(f"MAGRPOTrainer: {cls.__name__}.per_agent_reward must be True or False, got {per_agent!r}.")
@@ -222,4 +221,5 @@ def _reward_column(cls: type) -> Callable:
             return [checked(e.get_reward()) if type(e) is cls else None for e in environments]
 
     reward.__name__ = reward.__qualname__ = cls.__name__
-    return each_agent(reward) if per_agent else reward
+    reward.per_agent_reward = per_agent  # read where the columns join the rewards (`arguments.joint_reward`)
+    return reward
