@@ -109,17 +109,18 @@ def release_groups_held_as_defaults() -> int:
     (`_end_trainers` collects what was left in reference cycles) and its threads joined while the interpreter is
     whole. `tests/test_private_api_contract.py` checks it on DeepSpeed's.
     """
-    group_type = torch.distributed.ProcessGroup
+
+    def is_group(value) -> bool:  # by exact type: `isinstance` asks for `__class__`, which some objects warn about
+        return issubclass(type(value), torch.distributed.ProcessGroup)
+
     held = 0
     for function in gc.get_objects():
-        if type(function) is not types.FunctionType:  # not isinstance: some objects warn when asked their class
+        if type(function) is not types.FunctionType:
             continue
         defaults, keyword_defaults = function.__defaults__ or (), function.__kwdefaults__ or {}
-        if any(isinstance(d, group_type) for d in (*defaults, *keyword_defaults.values())):
-            function.__defaults__ = tuple(None if isinstance(d, group_type) else d for d in defaults) or None
+        if any(is_group(d) for d in (*defaults, *keyword_defaults.values())):
+            function.__defaults__ = tuple(None if is_group(d) else d for d in defaults) or None
             if keyword_defaults:
-                function.__kwdefaults__ = {
-                    k: None if isinstance(d, group_type) else d for k, d in keyword_defaults.items()
-                }
+                function.__kwdefaults__ = {k: None if is_group(d) else d for k, d in keyword_defaults.items()}
             held += 1
     return held
