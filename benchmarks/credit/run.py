@@ -4,6 +4,7 @@
     python benchmarks/credit/run.py --out DIR --seeds 0 1 2 --steps 10            # the same, explicitly
     python benchmarks/credit/run.py --out DIR --estimate_only                     # print the time estimate, exit
     python benchmarks/credit/run.py --out DIR --smoke                             # tiny random model, ~30 s (tests)
+    python benchmarks/credit/run.py --out DIR --mechanisms_only --seeds 0 1 2 3 4 # the mechanism checks, ~1 min
 
 **What is trained.** The embedded model (SmolLM2-135M-Instruct, `trl_multiagent.demo.models`) as a 2-agent team on
 the suite's task (`credit_task.py`: the seed's length-ratio reward and feedback, weight 0.75, plus a per-agent "on topic"
@@ -215,6 +216,9 @@ def main() -> None:
     parser.add_argument("--mech_max_new_tokens", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per CPU)")
     parser.add_argument("--estimate_only", action="store_true", help="print the time estimate and exit")
+    parser.add_argument(
+        "--mechanisms_only", action="store_true", help="only the mechanism checks (tiny models, about a minute)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     cli = parser.parse_args()
@@ -229,7 +233,9 @@ def main() -> None:
     steps = cli.steps or (2 if cli.smoke else 10)
     cli.steps = steps
     cli.mech_steps = cli.mech_steps or (2 if cli.smoke else 8)
-    if cli.smoke:
+    if cli.mechanisms_only:  # tiny random models, built by the checks themselves
+        model_path, model_desc, chat = None, "none (mechanism checks only: tiny random models)", False
+    elif cli.smoke:
         model_path, model_desc, chat = None, "random hidden-32 Llama (smoke)", False
         cli.max_new_tokens, cli.mech_max_new_tokens, cli.lora_r, cli.lr = 4, 4, 4, 1e-3
         cli.threads = cli.threads or 1
@@ -244,11 +250,11 @@ def main() -> None:
     else:
         model_path, model_desc, chat = cli.model, cli.model, True
     cli.threads = cli.threads or os.cpu_count() or 1
-    specs = make_specs(cli, model_path, chat, cli.methods, seeds, steps)
+    specs = make_specs(cli, model_path, chat, [] if cli.mechanisms_only else cli.methods, seeds, steps)
     os.makedirs(cli.out, exist_ok=True)
 
     budget = None
-    if not cli.smoke:
+    if not (cli.smoke or cli.mechanisms_only):
         print("Estimating the suite's time (tiny-model calibration, about 30 s) ...", flush=True)
         budget = estimate(cli, specs)
         print(f"Estimated time of the suite: {budget['total_s'] / 3600:.2f} h ({budget['how']}).", flush=True)
@@ -292,7 +298,7 @@ def main() -> None:
     text = report.markdown(summary)
     with open(os.path.join(cli.out, "results.md"), "w") as f:
         f.write(text)
-    pngs = report.plots(summary, cli.out)
+    pngs = report.plots(summary, cli.out) if summary["methods"] else []  # no training curve to draw
     print(text)
     print(f"Wrote {cli.out}/results.json, results.md, {', '.join(os.path.basename(p) for p in pngs)} in "
           f"{meta['wall_s']:.0f} s.")  # fmt: skip
