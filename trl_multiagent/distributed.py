@@ -59,6 +59,7 @@ def any_process(accelerator, flag: bool) -> bool:
 
 
 _END_AT_EXIT: list = []  # weak references to the trainers whose `end()` runs at exit (registered once per process)
+_HAD_GROUPS: list = []  # True once a trainer trained with process groups: only then are their leftovers looked for
 
 
 def end_at_exit(trainer) -> None:
@@ -75,6 +76,8 @@ def end_at_exit(trainer) -> None:
     """
     if not _END_AT_EXIT:
         atexit.register(_end_trainers)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        _HAD_GROUPS.append(True)
     if not any(ref() is trainer for ref in _END_AT_EXIT):
         _END_AT_EXIT.append(weakref.ref(trainer))
 
@@ -85,8 +88,9 @@ def _end_trainers() -> None:
     # A trainer already collected leaves its groups behind: they belong to torch, not to the trainer.
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-    release_groups_held_as_defaults()
-    gc.collect()  # a destroyed group still in a reference cycle is freed now, and its gloo threads joined
+    if _HAD_GROUPS:
+        release_groups_held_as_defaults()
+        gc.collect()  # a destroyed group still in a reference cycle is freed now, and its gloo threads joined
 
 
 def _end(ref: weakref.ref) -> None:
