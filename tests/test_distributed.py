@@ -49,8 +49,8 @@ def launch(output_dir, *args, nproc=2, timeout=600):
 def finished(output_dir, *args, nproc=2):
     result, _ = launch(output_dir, *args, nproc=nproc)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    deepspeed = "--deepspeed" in map(str, args)
-    assert_clean_exit(result, ranks=range(nproc) if nproc > 1 else [], threads_joined=not deepspeed)
+    keeps_groups = {"--deepspeed", "--use_vllm"} & set(map(str, args))  # their own references (assert_clean_exit)
+    assert_clean_exit(result, ranks=range(nproc) if nproc > 1 else [], threads_joined=not keeps_groups)
     with open(os.path.join(output_dir, "info.json")) as f:
         info = json.load(f)
     weights = [torch.load(os.path.join(output_dir, f"weights_rank{r}.pt")) for r in range(nproc)]
@@ -60,9 +60,10 @@ def finished(output_dir, *args, nproc=2):
 def assert_clean_exit(result, ranks, threads_joined=True):
     """The worker just returns from main: each rank's process groups were released by the trainer before the
     interpreter's finalisation, and nothing aborted. `threads_joined`: no gloo thread is left either, the groups were
-    freed (DeepSpeed's import can hold the world group in a default argument: `distributed.release_deepspeed_world_
-    default`). Not under DeepSpeed, whose engine stays referenced by its own hooks and keeps its parameters, which hold
-    their groups."""
+    freed (DeepSpeed's import can hold the world group in a default argument:
+    `distributed.release_groups_held_as_defaults`). Not under DeepSpeed, whose engine stays referenced by its own hooks and keeps its parameters, which hold
+    their groups, nor with colocated vLLM engines, whose parallel state (`vllm.distributed.parallel_state`, module
+    globals) keeps the groups vLLM made."""
     for rank in ranks:
         expected = f"rank {rank}: process groups at exit: released" + (", gloo threads []" if threads_joined else "")
         assert expected in result.stdout, result.stdout[-3000:]
