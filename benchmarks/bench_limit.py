@@ -30,6 +30,7 @@ import time
 import torch
 
 from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
+from trl_multiagent.evaluation import mean_ci
 
 
 def build_model_dir(hidden: int, layers: int) -> str:
@@ -156,19 +157,43 @@ def print_steps(runs: dict) -> None:
                   f"{log.get('timing/update_page_faults', float('nan')):11.0f}")  # fmt: skip
 
 
+def within(ratios: list[float], tolerance: float = 0.05) -> str:
+    """How many ratios lie within `tolerance` of 1, and their mean ± 95% CI (Student t over the ratios)."""
+    interval = mean_ci(ratios)
+    near = sum(abs(r - 1.0) <= tolerance for r in ratios)
+    return f"{near} of {len(ratios)} within {tolerance:.0%}; mean {interval.mean:.3f} ± {interval.half_width:.3f}"
+
+
+def print_noise_floor(runs: dict, backends: list[str], repeats: int, steps: int) -> None:
+    """Each backend's update against itself, step by step (repeat r / repeat 1, same step): how much one step's update
+    varies on this machine when nothing changes. A difference between backends smaller than this is not resolved."""
+    print("noise floor: each backend's update s, repeat r / repeat 1 at the same step:")
+    for backend in backends:
+        first = runs[(backend, 1)]
+        ratios = [
+            runs[(backend, repeat)][step]["timing/update_s"] / first[step]["timing/update_s"]
+            for repeat in range(2, repeats + 1)
+            for step in range(steps)
+        ]
+        print(f"  {backend}: " + ", ".join(f"{r:.3f}" for r in ratios) + f" ({within(ratios)})")
+
+
 def print_side_by_side(runs: dict, repeats: int, steps: int) -> None:
     """vLLM against transformers, step by step within each repeat: the update (seconds and tokens/s) and the step."""
     print("vLLM / transformers, step by step (update s and its tokens; update tokens/s; step s):")
+    ratios = []
     for repeat in range(1, repeats + 1):
         hf, vllm = runs[("transformers", repeat)], runs[("vllm", repeat)]
         for step in range(steps):
             a, b = hf[step], vllm[step]
+            ratios.append(b["timing/update_s"] / a["timing/update_s"])
             rate = "throughput/update_tokens_per_s"
             print(f"  repeat {repeat} step {step + 1}: update {b['timing/update_s']:.2f} / {a['timing/update_s']:.2f} s "
                   f"= {b['timing/update_s'] / a['timing/update_s']:.3f} ({b['update_tokens']:.0f} / "
                   f"{a['update_tokens']:.0f} tokens); tokens/s {b[rate] / a[rate]:.3f}; generate phase "
                   f"{a['timing/generate_s'] + a.get('timing/sync_s', 0):.2f} -> {b['timing/generate_s'] + b['timing/sync_s']:.2f} s; "
                   f"step {a['step_time']:.2f} -> {b['step_time']:.2f} s = {a['step_time'] / b['step_time']:.2f}x faster")  # fmt: skip
+    print(f"  update vLLM / transformers over every step: {within(ratios)}")
 
 
 def main() -> None:
@@ -228,6 +253,8 @@ def main() -> None:
         print(f"{label:24}{generate:12.2f}{run['timing/update_s']:10.2f}{run['step_time']:9.2f}")
         if naive is not None:
             print(f"ours ({backend}) / naive step time: {run['step_time'] / naive_total:.2f}x")
+    if cli.repeats > 1:
+        print_noise_floor(runs, backends, cli.repeats, cli.steps)
     if len(backends) == 2:
         print_side_by_side(runs, cli.repeats, cli.steps)
 

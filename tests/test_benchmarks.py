@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end in smoke mode (tiny model, one step). Not timed: timing is theirs."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -47,6 +48,11 @@ def test_bench_limit_reports_every_phase_of_every_step():
         assert all(len(cell) == 3 for cell in phases)
         wall, cpu, _ = (float(x) for x in phases[5])
         assert wall > 0 and cpu > 0  # the update computed, on this process's CPU
+    # the noise floor: the same backend's update, repeat 2 / repeat 1 at the same step (one ratio: no interval)
+    floor = re.fullmatch(r"  transformers: (\d+\.\d{3}) \((\d) of 1 within 5%; mean (\S+) ± nan\)", lines[-1])
+    assert floor, lines[-3:]
+    ratio = float(floor[1])
+    assert ratio > 0 and floor[3] == floor[1] and int(floor[2]) == (abs(ratio - 1.0) <= 0.05)
 
 
 def test_bench_branching_smoke():
