@@ -4,6 +4,7 @@ results.md has the table rows; plus the report's comparison rule on hand-made in
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -109,6 +110,44 @@ def test_markdown_has_the_tables_and_the_plots_exist(smoke):
     assert "os.getloadavg() before" in text and "Command: `python benchmarks/credit/run.py --smoke" in text
     for png in ("reward_vs_steps.png", "reward_vs_tokens.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def rerun(out, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, os.path.join(CREDIT, "run.py"), "--smoke", "--out", str(out), *args],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+
+
+def test_resume_keeps_the_runs_done_and_runs_the_rest(smoke, tmp_path):
+    """`--resume` after an interruption: the runs in partial_results.json are kept as they are (a marker value in one
+    of them reaches the report), the missing one runs, and the report covers every method."""
+    out, _, _ = smoke
+    partial = json.loads((out / "partial_results.json").read_text())
+    by_method = {r.get("method"): r for r in partial["results"]}
+    by_method["untrained"]["eval"]["team"]["turns"]["1"] = 0.123456  # no rollout gives this: proves it was kept
+    partial["results"] = [r for r in partial["results"] if r.get("method") != "scale_agent"]  # "interrupted" here
+    (tmp_path / "partial_results.json").write_text(json.dumps(partial))
+    run = rerun(tmp_path, "--resume")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "--resume: 7 of 8 runs already done" in run.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["methods"]["untrained"]["held_out"]["1"]["mean"] == 0.123456
+    assert results["methods"]["scale_agent"]["optimizer_steps"] == [2]  # the missing run ran
+    assert finite(results["methods"]["scale_agent"]["held_out"]["2"]["mean"])
+    assert results["meta"]["resumed"] == 7
+
+
+def test_resume_refuses_other_settings(smoke, tmp_path):
+    """A partial file from a run with other settings would break the matched budgets: refused, and left as it was."""
+    out, _, _ = smoke
+    shutil.copy(out / "partial_results.json", tmp_path / "partial_results.json")
+    before = (tmp_path / "partial_results.json").read_text()
+    run = rerun(tmp_path, "--resume", "--steps", "3")
+    assert run.returncode != 0
+    assert "credit/run.py --resume:" in run.stderr and "'steps': 2" in run.stderr and "'steps': 3" in run.stderr
+    assert (tmp_path / "partial_results.json").read_text() == before
+    assert not (tmp_path / "results.json").exists()
 
 
 def test_comparison_lines_follow_the_intervals():

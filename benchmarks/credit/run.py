@@ -3,6 +3,7 @@
     python benchmarks/credit/run.py --out benchmarks/credit/results               # the suite, SmolLM2, 3 seeds
     python benchmarks/credit/run.py --out DIR --seeds 0 1 2 --steps 10            # the same, explicitly
     python benchmarks/credit/run.py --out DIR --estimate_only                     # print the time estimate, exit
+    python benchmarks/credit/run.py --out DIR --resume                            # continue an interrupted run
     python benchmarks/credit/run.py --out DIR --smoke                             # tiny random model, ~30 s (tests)
     python benchmarks/credit/run.py --out DIR --mechanisms_only --seeds 0 1 2 3 4 # the mechanism checks, ~1 min
 
@@ -49,7 +50,9 @@ at T = 3.
 
 **Runs.** Each (method, seed) trains and evaluates in its own subprocess, one after the other; the mechanism checks
 run in one more. With `--smoke` (a random hidden-32 model, 4 tokens, 1 seed, 2 steps) every spec runs in ONE
-subprocess, to stay within the test's time.
+subprocess, to stay within the test's time. After each subprocess the results so far go to `DIR/partial_results.json`
+with the settings; `--resume` keeps those of the same settings and runs only the rest (an interrupted suite loses at
+most one run), and refuses a file written with other settings.
 
 **Budget.** Before starting, the script prints an estimate: it times the suite's specs on the tiny model at the
 suite's settings (a calibration subprocess, about 30 s: 3 steps each, the median step), and scales by the cost ratio
@@ -158,6 +161,37 @@ def make_specs(cli, model_path, chat: bool, methods: list[str], seeds: list[int]
     return specs + [mech]
 
 
+def spec_key(entry: dict) -> tuple:
+    """What one subprocess ran: a spec and its result share it (the mechanism checks: one for all seeds)."""
+    return entry["kind"], entry.get("method"), entry.get("seed")
+
+
+def settings_of(specs: list[dict]) -> dict:
+    """The settings every spec shares (the first spec's, less what differs between specs)."""
+    return {k: v for k, v in specs[0].items() if k not in ("kind", "method", "seed", "controls")}
+
+
+def resumed_results(path: str, specs: list[dict]) -> list[dict]:
+    """The results of an interrupted run (`--resume`): those of `path` whose spec is still asked for.
+
+    Refused when the interrupted run had other settings (steps, model, tokens, ...): mixing them would break the
+    matched budgets."""
+    if not os.path.exists(path):
+        print(f"--resume: no {path} yet; starting from the first run.", flush=True)
+        return []
+    with open(path) as f:
+        saved = json.load(f)
+    if saved.get("settings") != clean(settings_of(specs)):
+        raise SystemExit(
+            f"credit/run.py --resume: {path} was written with other settings: {saved.get('settings')}, this run has "
+            f"{clean(settings_of(specs))}. Rerun with that run's options, or give another --out."
+        )
+    wanted = {spec_key(spec) for spec in specs}
+    kept = [r for r in saved["results"] if spec_key(r) in wanted]
+    print(f"--resume: {len(kept)} of {len(specs)} runs already done in {path}; running the rest.", flush=True)
+    return kept
+
+
 def estimate(cli, specs: list[dict]) -> dict:
     """Time the specs on the tiny model at the suite's settings (3 steps, one seed), scale to the embedded model."""
     calibration = []
@@ -219,6 +253,8 @@ def main() -> None:
     parser.add_argument(
         "--mechanisms_only", action="store_true", help="only the mechanism checks (tiny models, about a minute)"
     )
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs already done in OUT/partial_results.json (same settings) and run the rest")  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     cli = parser.parse_args()
@@ -252,6 +288,8 @@ def main() -> None:
     cli.threads = cli.threads or os.cpu_count() or 1
     specs = make_specs(cli, model_path, chat, [] if cli.mechanisms_only else cli.methods, seeds, steps)
     os.makedirs(cli.out, exist_ok=True)
+    partial_path = os.path.join(cli.out, "partial_results.json")
+    results = resumed_results(partial_path, specs) if cli.resume else []
 
     budget = None
     if not (cli.smoke or cli.mechanisms_only):
@@ -274,22 +312,23 @@ def main() -> None:
                "python": sys.version.split()[0]}  # fmt: skip
     started = datetime.datetime.now(datetime.timezone.utc)
     start = time.perf_counter()
-    results = []
-    if cli.smoke:
-        results = run_subprocess(specs, cli.threads)
-    else:
-        for spec in specs:
-            label = spec.get("method", spec["kind"])
-            print(f"[{time.perf_counter() - start:7.0f} s] {label}, seed(s) {spec.get('seed', seeds)} ...", flush=True)
-            results += run_subprocess([spec], cli.threads)
-            partial = {"results": results}
-            with open(os.path.join(cli.out, "partial_results.json"), "w") as f:
-                json.dump(clean(partial), f)
+    done = {spec_key(r) for r in results}
+    todo = [spec for spec in specs if spec_key(spec) not in done]
+    # --smoke runs every spec in one subprocess, the suite one subprocess per spec
+    for batch in [todo] if cli.smoke and todo else [[spec] for spec in todo]:
+        if not cli.smoke:
+            label, seed = batch[0].get("method", batch[0]["kind"]), batch[0].get("seed", seeds)
+            print(f"[{time.perf_counter() - start:7.0f} s] {label}, seed(s) {seed} ...", flush=True)
+        results += run_subprocess(batch, cli.threads)
+        with open(partial_path, "w") as f:  # what --resume continues from
+            json.dump(clean({"settings": settings_of(specs), "results": results}), f)
+    order = {spec_key(spec): i for i, spec in enumerate(specs)}
+    results.sort(key=lambda r: order[spec_key(r)])
     machine["load_after"] = load_average()
     meta = {
         "command": command, "date_utc": started.isoformat(timespec="seconds"), "wall_s": time.perf_counter() - start,
         "model": model_desc, "chat_prompts": chat, "seeds": seeds, "steps": steps, "machine": machine,
-        "settings": {k: v for k, v in specs[0].items() if k not in ("kind", "method", "seed", "controls")},
+        "settings": settings_of(specs), "resumed": len(done),
         "estimate": budget, "smoke": cli.smoke,
     }  # fmt: skip
     summary = report.summarize(results, meta)
