@@ -83,7 +83,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 TRAINED = ["single_policy", "defaults", "branching_best", "scale_agent", "alpha_0.7", "agent_lr"]
 ALL_METHODS = ["untrained", *TRAINED]
