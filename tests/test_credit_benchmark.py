@@ -125,16 +125,16 @@ def test_resume_keeps_the_runs_done_and_runs_the_rest(smoke, tmp_path):
     out, _, _ = smoke
     partial = json.loads((out / "partial_results.json").read_text())
     by_method = {r.get("method"): r for r in partial["results"]}
-    by_method["untrained"]["eval"]["team"]["turns"]["1"] = 0.123456  # no rollout gives this: proves it was kept
-    partial["results"] = [r for r in partial["results"] if r.get("method") != "scale_agent"]  # "interrupted" here
+    by_method["scale_agent"]["eval"]["team"]["turns"]["1"] = 0.123456  # no rollout gives this: proves it was kept
+    partial["results"] = [r for r in partial["results"] if r.get("method") != "untrained"]  # the cheapest run to redo
     (tmp_path / "partial_results.json").write_text(json.dumps(partial))
     run = rerun(tmp_path, "--resume")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "--resume: 7 of 8 runs already done" in run.stdout
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["methods"]["untrained"]["held_out"]["1"]["mean"] == 0.123456
-    assert results["methods"]["scale_agent"]["optimizer_steps"] == [2]  # the missing run ran
-    assert finite(results["methods"]["scale_agent"]["held_out"]["2"]["mean"])
+    assert results["methods"]["scale_agent"]["held_out"]["1"]["mean"] == 0.123456
+    assert results["methods"]["untrained"]["optimizer_steps"] == [0]  # the missing run ran
+    assert finite(results["methods"]["untrained"]["held_out"]["2"]["mean"])
     assert results["meta"]["resumed"] == 7
 
 
