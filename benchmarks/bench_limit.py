@@ -189,7 +189,7 @@ def print_side_by_side(runs: dict, repeats: int, steps: int) -> None:
             ratios.append(b["timing/update_s"] / a["timing/update_s"])
             rate = "throughput/update_tokens_per_s"
             print(f"  repeat {repeat} step {step + 1}: update {b['timing/update_s']:.2f} / {a['timing/update_s']:.2f} s "
-                  f"= {b['timing/update_s'] / a['timing/update_s']:.3f} ({b['update_tokens']:.0f} / "
+                  f"= {ratios[-1]:.3f} ({b['update_tokens']:.0f} / "
                   f"{a['update_tokens']:.0f} tokens); tokens/s {b[rate] / a[rate]:.3f}; generate phase "
                   f"{a['timing/generate_s'] + a.get('timing/sync_s', 0):.2f} -> {b['timing/generate_s'] + b['timing/sync_s']:.2f} s; "
                   f"step {a['step_time']:.2f} -> {b['step_time']:.2f} s = {a['step_time'] / b['step_time']:.2f}x faster")  # fmt: skip
