@@ -57,10 +57,11 @@ from code_env import code_feedback, code_reward, make_formatters
 from datasets import Dataset
 from sandbox import check_sandbox
 from transformers import AutoTokenizer
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.demo.plot import last_logged
+from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 
 
@@ -143,9 +144,9 @@ class ScriptArguments:
     )
 
 
-def make_parser() -> TrlParser:
+def make_parser() -> FlagParser:
     """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
-    parser = TrlParser(
+    parser = FlagParser(
         (ScriptArguments, MAGRPOConfig, ModelConfig), allow_abbrev=False
     )  # no `--num_turn` for `--num_turns`
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)

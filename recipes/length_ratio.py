@@ -75,6 +75,7 @@ from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
 from trl_multiagent.demo.summary import summary_lines
 from trl_multiagent.evaluation import write_task_file
+from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 
 
@@ -179,9 +180,10 @@ With --model_name_or_path: the example's own size (plain prompts, full fine-tuni
 defaults shown here are those settings."""
 
 
-class RecipeParser(TrlParser):
-    """TrlParser whose defaults are the example's, plus DEMO_SIZE when no model is named (flag or `--config` YAML);
-    `--help` shows the defaults that will apply, the most used flags first."""
+class RecipeParser(FlagParser):
+    """FlagParser (TRL's TrlParser; a misspelled flag gets one line) whose defaults are the example's, plus DEMO_SIZE
+    when no model is named (flag or `--config` YAML); `--help` shows the defaults that will apply, the most used flags
+    first."""
 
     def parse_args_and_config(self, args=None, **kwargs):
         args = list(args) if args is not None else sys.argv[1:]
@@ -206,7 +208,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """The description as written (its table), each flag's default after its help (as HfArgumentParser's)."""
 
 
-def make_parser() -> TrlParser:
+def make_parser() -> FlagParser:
     """`(ScriptArguments, MAGRPOConfig, ModelConfig)`, as TRL's own scripts parse theirs."""
     # allow_abbrev=False: argparse would read `--num_turn 3` as `--num_turns 3` without a word
     parser = RecipeParser(

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from datasets import Dataset
 from transformers import AutoTokenizer
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -49,6 +49,7 @@ from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
 from trl_multiagent.demo.summary import summary_lines
+from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 
 
@@ -205,8 +206,8 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     return trainer
 
 
-def make_parser() -> TrlParser:
-    parser = TrlParser(
+def make_parser() -> FlagParser:
+    parser = FlagParser(
         (ScriptArguments, MAGRPOConfig, ModelConfig), allow_abbrev=False
     )  # no `--num_turn` for `--num_turns`
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)

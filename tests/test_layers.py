@@ -11,11 +11,11 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
-    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "rollout.worlds"],
+    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "rollout.worlds", "flags"],
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
-    ["metrics", "distributed", "checkpoint"],
+    ["metrics", "distributed", "checkpoint", "diagnostics", "console"],
     ["compat"],
     ["config"],
     ["arguments"],

@@ -2,6 +2,9 @@
 
 import importlib
 import inspect
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -34,9 +37,39 @@ def test_the_signature_and_the_fields_are_the_dataclass_ones(tmp_path):
 
 
 @pytest.mark.parametrize("recipe", ["length_ratio", "code_collab", "tool_team"])
-def test_a_recipe_refuses_an_abbreviated_flag(recipe):
+def test_a_recipe_refuses_an_abbreviated_flag_in_one_line(recipe, capsys):
     parser = importlib.import_module(recipe).make_parser()
-    with pytest.raises(ValueError, match=r"not used by the HfArgumentParser: \['--num_turn', '3'\]"):
+    with pytest.raises(SystemExit) as exited:
         parser.parse_args_and_config(["--num_turn", "3"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"{parser.prog}: unknown flag --num_turn (did you mean --num_turns or --num_iterations?)"]
     _, config, _ = parser.parse_args_and_config(["--num_turns", "3"])
     assert config.num_turns == 3
+
+
+def test_a_misspelled_config_key_and_a_stray_value_are_named(tmp_path, capsys):
+    parser = importlib.import_module("length_ratio").make_parser()
+    yaml = tmp_path / "run.yaml"
+    yaml.write_text("learning_rte: 0.1\nnum_turns: 2\n")
+    with pytest.raises(SystemExit):
+        parser.parse_args_and_config(["--config", str(yaml), "--num-generatoins=4"])
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        f"{parser.prog}: unknown flags --num-generatoins (did you mean --num_generations or --num_generations_eval?), "
+        "'learning_rte' in the --config file (did you mean --learning_rate or --agent_learning_rates?)"
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args_and_config(["stray"])
+    assert capsys.readouterr().err.strip() == f"{parser.prog}: unexpected value(s) stray: no flag takes them"
+
+
+def test_a_misspelled_recipe_flag_ends_in_one_line_with_no_traceback():
+    recipe = pathlib.Path(__file__).resolve().parent.parent / "recipes" / "length_ratio.py"
+    done = subprocess.run(
+        [sys.executable, str(recipe), "--num_generatoins", "2"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "length_ratio.py: unknown flag --num_generatoins (did you mean --num_generations or --num_generations_eval?)"
+    ]

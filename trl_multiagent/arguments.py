@@ -19,6 +19,7 @@ from trl.data_utils import is_conversational
 
 from .compat import comlrl
 from .devices import has_accelerator
+from .diagnostics import LearningSignalCallback, say_early_termination
 from .generation.vllm_settings import check_vllm_team
 from .rollout.callables import Transition, _short, callable_name, check_prompt
 from .rollout.environment import EMPTY_CHAT, TeamEnvironment
@@ -430,6 +431,10 @@ def prepare(
         functions.joint_reward, functions.transition, functions.formatters, later_turn_format, tokenizers, worlds
     )
     check_first_rows(environment, train_dataset, eval_dataset, args, acts=tool_calling is not None)
+    say_early_termination(args.num_turns, args.early_termination_threshold)
+    learning_signal = LearningSignalCallback(
+        args.num_turns, plan.trainable, args.early_termination_threshold, args.mask_truncated_completions
+    )
     return PreparedInputs(
         args=args,
         train_dataset=train_dataset,
@@ -439,7 +444,7 @@ def prepare(
         grows_embeddings=bool(resolved.special_tokens),
         tool_calling=tool_calling,
         eval_metrics=resolved.eval_metrics,
-        callbacks=resolved.callbacks,
+        callbacks=[*resolved.callbacks, learning_signal],
         tokenizers=tokenizers,
         environment=environment,
     )

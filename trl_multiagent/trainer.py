@@ -15,6 +15,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from . import arguments, checkpoint
 from .config import MAGRPOConfig
+from .console import attach_callbacks
 from .devices import reuse_freed_memory
 from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
 from .generation import build_generator
@@ -166,8 +167,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         self.beta, self.use_vllm = args.beta, args.use_vllm
         self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         self.environment.bind(self)
-        for callback in inputs.callbacks:
-            self.add_callback(callback)
+        attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
         fused_heads_on_agents(self.team, self.temperature)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         self.ref_team = None  # adapters' reference: their base (adapter off), no extra memory; full models: a copy
