@@ -34,7 +34,7 @@ class FlagParser(TrlParser):
         )
         config_left = config_left if fail_with_unknown_args else []
         if config_left or args_left:
-            print(self.unknown_flags_line(args_left, config_left), file=sys.stderr)
+            sys.stderr.write(self.unknown_flags_line(args_left, config_left) + "\n")
             sys.exit(2)
         return tuple(parsed)
 
