@@ -15,24 +15,35 @@ from trl_multiagent.demo.examples import length_feedback, length_ratio_reward  #
 from trl_multiagent.demo.testing import make_model, make_tokenizer  # noqa: E402
 
 
-# The sandbox tests (recipes/sandbox.py) need bubblewrap, which pip cannot install. Without it they fail with the install
-# line, so that a quarter of the suite is never skipped unseen; setting this variable to 1 skips them instead.
-SKIP_SANDBOX_TESTS = "TRL_MULTIAGENT_SKIP_SANDBOX_TESTS"
+# The sandbox tests (recipes/sandbox.py) need bubblewrap, which pip cannot install. Without it they skip, and the run
+# ends with one line that says how many and what to install; with this variable set to 1 (`.ci/run` sets it) they fail
+# instead, so that CI never skips them unseen.
+REQUIRE_SANDBOX_TESTS = "TRL_MULTIAGENT_REQUIRE_SANDBOX_TESTS"
+SANDBOX_INSTALL = "`apt-get install -y bubblewrap util-linux` (as root)"
+skipped_sandbox_tests = []  # node ids, for the run's summary line
 
 
 @pytest.fixture
-def bubblewrap():
+def bubblewrap(request):
     """Use through `@pytest.mark.usefixtures("bubblewrap")` on tests that run programs in the bwrap sandbox."""
     if shutil.which("bwrap") is not None and shutil.which("prlimit") is not None:
         return
-    if os.environ.get(SKIP_SANDBOX_TESTS) == "1":
-        pytest.skip(f"bubblewrap is not installed and {SKIP_SANDBOX_TESTS}=1")
-    pytest.fail(
-        "The sandbox tests need bubblewrap (bwrap) and prlimit, which pip cannot install: run "
-        "`apt-get install -y bubblewrap util-linux` (as root), or set "
-        f"{SKIP_SANDBOX_TESTS}=1 to skip these tests.",
-        pytrace=False,
-    )
+    if os.environ.get(REQUIRE_SANDBOX_TESTS) == "1":
+        pytest.fail(
+            f"{REQUIRE_SANDBOX_TESTS}=1 and the sandbox tests need bubblewrap (bwrap) and prlimit, which pip cannot "
+            f"install: run {SANDBOX_INSTALL}.",
+            pytrace=False,
+        )
+    skipped_sandbox_tests.append(request.node.nodeid)
+    pytest.skip("bubblewrap (bwrap) or prlimit is not installed")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if skipped_sandbox_tests:
+        terminalreporter.write_line(
+            f"{len(skipped_sandbox_tests)} sandbox tests skipped: bubblewrap (bwrap) or prlimit is not installed, and "
+            f"pip cannot install them; {SANDBOX_INSTALL} runs them."
+        )
 
 
 @pytest.fixture(scope="session")

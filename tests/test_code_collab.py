@@ -10,7 +10,7 @@ import code_collab as cc  # noqa: E402
 import code_env as env  # noqa: E402
 
 
-needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # fails without bubblewrap (tests/conftest.py)
+needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # skips without bubblewrap (tests/conftest.py)
 
 HELPER = """Here is the helper:
 ```python

@@ -4,6 +4,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,7 +18,7 @@ import sandbox
 from sandbox import SandboxUnavailable, check_sandbox, run_python, sandbox_backend
 
 
-needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # fails without bubblewrap (tests/conftest.py)
+needs_bwrap = pytest.mark.usefixtures("bubblewrap")  # skips without bubblewrap (tests/conftest.py)
 
 TIMEOUT = 1.5
 SLACK = 3.0  # start-up and tear-down on a busy 2-core machine
@@ -301,3 +302,43 @@ def test_unshare_fallback_isolates_network_environment_and_time(monkeypatch):
             f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n", backend="unshare"
         )
         assert result.exception in ("ConnectionRefusedError", "OSError"), result
+
+
+def path_without_bwrap(tmp_path) -> str:
+    """This PATH with every folder holding `bwrap` replaced by a folder of links to its other programs."""
+    links, folders = tmp_path / "bin", []
+    links.mkdir()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        if folder and os.path.exists(os.path.join(folder, "bwrap")):
+            for name in os.listdir(folder):
+                if name != "bwrap" and not (links / name).exists():
+                    (links / name).symlink_to(os.path.join(folder, name))
+            folder = str(links)
+        folders.append(folder)
+    return os.pathsep.join(dict.fromkeys(folders))
+
+
+def test_without_bubblewrap_the_sandbox_tests_skip_with_one_summary_line(tmp_path):
+    """The README's test command on a machine without bubblewrap: the sandbox tests skip and the run passes."""
+    env = {k: v for k, v in os.environ.items() if k != "TRL_MULTIAGENT_REQUIRE_SANDBOX_TESTS"}
+    env["PATH"] = path_without_bwrap(tmp_path)
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_sandbox.py"]
+    done = subprocess.run(
+        [*command, "-k", "not without_bubblewrap"], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    summary = [line for line in done.stdout.splitlines() if "sandbox tests skipped" in line]
+    assert len(summary) == 1 and "apt-get install -y bubblewrap" in summary[0], summary
+    skipped = int(summary[0].split()[0])
+    assert skipped >= 20 and f" {skipped} skipped" in done.stdout.splitlines()[-1]  # every skip is a sandbox one
+    assert "error" not in done.stdout.splitlines()[-1]
+    required = subprocess.run(  # CI's setting: missing bubblewrap fails them
+        [*command, "-k", "test_passing_program"],
+        cwd=root,
+        env={**env, "TRL_MULTIAGENT_REQUIRE_SANDBOX_TESTS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert required.returncode == 1 and "1 error" in required.stdout and "REQUIRE_SANDBOX_TESTS=1" in required.stdout
