@@ -347,3 +347,24 @@ def test_log_extra_columns_join_the_completions_table(tmp_path, tokenizer):
         assert extra["word"][a] == extra["word"][b] == x.split(" ")[0]
     written = pd.read_parquet(tmp_path / "run" / "completions" / "completions_00001.parquet")
     assert list(written["answers"]) == list(extra["answers"])
+
+
+def test_an_off_by_one_reward_gets_one_error_that_says_so(tmp_path, tokenizer, caplog):
+    """`completions1[1:]` returns 1 value for 2 joint actions, then 0 for 1: one error naming the dropped values, and
+    no WARNING that first re-reads it as CoMLRL's convention."""
+
+    def off_by_one(completions1, completions2):
+        return [float(len(a)) for a in completions1[1:]]
+
+    rewards_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"), pytest.raises(ValueError) as raised:
+        MAGRPOTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], tokenizer=tokenizer,
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=config(tmp_path), reward_func=off_by_one,
+        )  # fmt: skip
+    message = str(raised.value)
+    assert message.startswith(
+        "Reward function 'off_by_one' returned 1 value for 2 joint actions (turn 1), and, called"
+    )
+    assert "returned 0 values for 1 joint action" in message and "completions[1:]" in message
+    assert "is read as CoMLRL's per-joint-action convention" not in caplog.text

@@ -383,6 +383,7 @@ class JointReward:
             one = isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and len(values) == 1
             self.one_action_per_call[f] = one
             if one:
+                first = self._first_action_or_the_real_error(f, completions, keywords, count, turn)
                 logger.warning_once(
                     f"Reward function {name!r} returned 1 value for {count} joint actions (turn {turn}), so it is read "
                     "as CoMLRL's per-joint-action convention: it will be called once per joint action, with "
@@ -391,9 +392,24 @@ class JointReward:
                     "If this is a bug, return one value per joint action (as many as each list of completions has), "
                     f"and state joint({name}) to make a wrong count an error."
                 )
-                return [self._one_action(f, completions, keywords, j, turn) for j in range(count)]
+                return [first] + [self._one_action(f, completions, keywords, j, turn) for j in range(1, count)]
             logger.info_once(f"Reward function {name!r} scores all joint actions of a turn in one call (joint).")
         return check_rewards(name, values, count, turn, joint=True)
+
+    def _first_action_or_the_real_error(self, f: int, completions, keywords: dict, count: int, turn: int) -> float:
+        """Joint action 0 scored alone, as CoMLRL's convention would. When that fails too, the function is not
+        CoMLRL's but drops values (an off-by-one slice): one error says so, not a convention WARNING and then a count
+        error."""
+        try:
+            return self._one_action(f, completions, keywords, 0, turn)
+        except (TypeError, ValueError) as error:
+            self.one_action_per_call[f] = None
+            raise ValueError(
+                f"Reward function {self.names[f]!r} returned 1 value for {count} joint actions (turn {turn}), and, "
+                f"called with one joint action (CoMLRL's per-joint-action convention), failed: {error} It drops "
+                "values (a slice such as completions[1:]?): return one value per joint action, as many as each list "
+                "of completions has."
+            ) from error
 
     def _call_joint(self, f: int, completions, keywords: dict, actions: list[int], turn: int):
         func = self.funcs[f]

@@ -85,7 +85,8 @@ def prepare_tokenizer(tokenizer, agent: int) -> str | None:
             'conversation (user -> assistant with tool_calls -> tool)."). Give that agent a tokenizer whose template '
             "renders tools. For the embedded SmolLM2-135M-Instruct, whose template has none, TRL's Qwen2.5 template "
             "uses the same <|im_start|>/<|im_end|> tokens: `from trl.chat_template_utils import "
-            "qwen2_5_chat_template; tokenizer.chat_template = qwen2_5_chat_template`."
+            "qwen2_5_chat_template; tokenizer.chat_template = qwen2_5_chat_template`, then hand that tokenizer to "
+            "the trainer: `MAGRPOTrainer(..., processing_class=tokenizer)` (one per agent: a list)."
         )
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         add_response_schema(tokenizer)
