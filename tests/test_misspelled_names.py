@@ -43,7 +43,9 @@ def test_a_recipe_refuses_an_abbreviated_flag_in_one_line(recipe, capsys):
         parser.parse_args_and_config(["--num_turn", "3"])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines() == [f"{parser.prog}: unknown flag --num_turn (did you mean --num_turns or --num_iterations?)"]
+    assert err.splitlines() == [
+        f"{parser.prog}: unknown flag --num_turn (did you mean --num_turns or --num_iterations?)"
+    ]
     _, config, _ = parser.parse_args_and_config(["--num_turns", "3"])
     assert config.num_turns == 3
 
