@@ -31,3 +31,9 @@ def test_metrics_over_two_processes_by_hand():
     assert m["agent_1/completions/mean_length"] == pytest.approx(22 / 3)
     assert m["completions/min_length"] == 2 and m["completions/max_length"] == 8
     assert m["completions/clipped_ratio"] == pytest.approx(3 / 6)
+    # TRL's keys beside ours: each reward function over every turn, and the lengths of the completions that ended
+    assert m["rewards/r/mean"] == pytest.approx(0.6) and m["rewards/r/std"] == pytest.approx(
+        0.36515, rel=1e-4
+    )  # sample std
+    assert m["completions/mean_terminated_length"] == pytest.approx(4.0)
+    assert (m["completions/min_terminated_length"], m["completions/max_terminated_length"]) == (2.0, 6.0)

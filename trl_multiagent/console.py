@@ -19,7 +19,7 @@ import re
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 
-# In this order; `turn_{t}/reward_mean` and `eval_` variants match as patterns.
+# In this order; `turn_{t}/reward_mean`, `rewards/{name}/mean` and `eval_` variants match as patterns.
 CONSOLE_KEYS = (
     "loss",
     "grad_norm",
@@ -27,6 +27,7 @@ CONSOLE_KEYS = (
     "reward",
     "reward_std",
     r"turn_\d+/reward_mean",
+    r"rewards/[^/]+/mean",  # TRL's per-function mean
     "frac_reward_zero_std",
     "kl",
     "entropy",

@@ -124,6 +124,12 @@ def rollout_metrics(
             if values:
                 metrics[f"turn_{t}/rewards/{name}/mean"] = _mean(values)
 
+    for f, name in enumerate(reward_names):  # TRL's keys: each function over every turn's scored values
+        values = [v for s in stats for per_function in s.reward_values.values() for v in per_function[f]]
+        if values:
+            metrics[f"rewards/{name}/mean"] = _mean(values)
+            metrics[f"rewards/{name}/std"] = _std(values)
+
     for f, i in sorted({key for s in stats for key in s.agent_reward_values}):
         values = [v for s in stats for v in s.agent_reward_values.get((f, i), [])]
         if values:
@@ -138,6 +144,11 @@ def rollout_metrics(
     metrics["completions/min_length"] = float(min(all_lengths))
     metrics["completions/max_length"] = float(max(all_lengths))
     metrics["completions/clipped_ratio"] = _mean([n >= max_completion_length for n in all_lengths])
+    # TRL's terminated lengths: completions that ended before the limit (0 when none did, as TRL logs it)
+    terminated = [n for n in all_lengths if n < max_completion_length] or [0]
+    metrics["completions/mean_terminated_length"] = _mean(terminated)
+    metrics["completions/min_terminated_length"] = float(min(terminated))
+    metrics["completions/max_terminated_length"] = float(max(terminated))
     metrics["prompts/truncated"] = sum(s.truncated_prompts for s in stats)
     metrics.update(tool_metrics(stats))
     return metrics
