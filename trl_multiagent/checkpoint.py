@@ -22,6 +22,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
 from .distributed import end_at_exit
+from .model_card import write_agent_card
 
 
 logger = logging.get_logger(__name__)
@@ -217,6 +218,23 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
                 team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
         tokenizers[i].save_pretrained(agent_dir(output_dir, i))
         record_hub_base(agent_dir(output_dir, i))
+        write_card(team, i, agent_dir(output_dir, i), adapter=is_adapter(team, i))
+
+
+def write_card(team, index: int, folder: str, adapter: bool) -> None:
+    """Agent `index`'s `README.md` (`model_card`), naming its base by Hub id when it has one."""
+    base = base_model_path(team.agent(index))
+    write_agent_card(folder, index, team.num_agents, prepared_hub_id(base) or base, adapter)
+
+
+def is_adapter(team, index: int) -> bool:
+    return team.is_shared_base or hasattr(team.agent(index), "peft_config")
+
+
+def base_model_path(module) -> str | None:
+    """The name or folder an agent (or an adapter's base) was loaded from, as its config records it."""
+    config = getattr(module, "config", None)
+    return getattr(config, "_name_or_path", None) or None
 
 
 def record_hub_base(folder: str) -> None:
@@ -257,6 +275,7 @@ def save_merged_team(team, tokenizers: list, output_dir: str) -> None:
             module = copy.deepcopy(module).merge_and_unload(adapter_names=[adapter] if adapter else None)
         module.save_pretrained(agent_dir(output_dir, i))
         tokenizers[i].save_pretrained(agent_dir(output_dir, i))
+        write_card(team, i, agent_dir(output_dir, i), adapter=False)
 
 
 def load_team(team, folder: str) -> None:
