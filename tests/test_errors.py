@@ -109,8 +109,8 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
         (dict(parallel_training="ddp"), r"MAGRPOConfig: parallel_training='ddp' \(CoMLRL\) must be one of"),
         (dict(agent_reward_aggregation="median"), "MAGRPOConfig: agent_reward_aggregation must be one of"),
         (
-            dict(multi_objective_aggregation="normalize_then_sum"),
-            "multi_objective_aggregation='normalize_then_sum' is",
+            dict(multi_objective_aggregation="normalize"),
+            r"MAGRPOConfig: multi_objective_aggregation must be one of \('sum_then_normalize', 'normalize_then_sum'\)",
         ),
     ],
 )

@@ -225,7 +225,15 @@ def user_functions(
     columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
-    joint_reward = JointReward(funcs, weights, num_agents, columns, reward_processor, args.agent_reward_aggregation)
+    joint_reward = JointReward(
+        funcs,
+        weights,
+        num_agents,
+        columns,
+        reward_processor,
+        args.agent_reward_aggregation,
+        args.multi_objective_aggregation,
+    )
     if args.team_reward_weight != 1.0 and not joint_reward.gives_own_rewards:
         raise ValueError(
             f"MAGRPOConfig: team_reward_weight={args.team_reward_weight} mixes each agent's own reward into the team's, "

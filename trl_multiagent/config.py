@@ -38,12 +38,10 @@ ACTIVATION_CHECKPOINTING = next(
     if name in TrainingArguments.__dataclass_fields__
 )
 
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's two
+
 # GRPOConfig fields that MAGRPOTrainer does not implement: refused when set, with what to do instead.
 UNSUPPORTED_FIELDS = {
-    "multi_objective_aggregation": (
-        "sum_then_normalize",
-        "the joint reward is the weighted sum of the reward functions, normalised per group afterwards",
-    ),
     "entropy_coef": (
         0.0,
         "the update runs in chunks (`update_chunk_size`) and TRL's entropy bonus, a mean over the tokens of one call, "
@@ -431,6 +429,22 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 f"MAGRPOConfig: scale_rewards must be one of {SCALE_REWARDS} (or True for 'group', False for 'none'), "
                 f"got {self.scale_rewards!r}."
             )
+        if self.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+            raise ValueError(
+                f"MAGRPOConfig: multi_objective_aggregation must be one of {MULTI_OBJECTIVE_AGGREGATIONS}, got "
+                f"{self.multi_objective_aggregation!r}."
+            )
+        if self.advantage_scale != self.scale_rewards and self.scale_rewards not in ("group", "batch"):
+            logger.warning_once(
+                f"MAGRPOConfig: multi_objective_aggregation='normalize_then_sum' scales the advantages by the batch's "
+                f"std, as TRL does; scale_rewards={self.scale_rewards!r} is not used."
+            )
+
+    @property
+    def advantage_scale(self) -> str:
+        """The `scale_rewards` the advantages use: `"batch"` with `multi_objective_aggregation="normalize_then_sum"`,
+        whose rewards are already normalised per node and function (TRL's rule), else `scale_rewards`."""
+        return "batch" if self.multi_objective_aggregation == "normalize_then_sum" else self.scale_rewards
 
     def max_turn_sequences(self, num_agents: int) -> int:
         """Completions of the largest turn one process generates for one agent: K per live node.

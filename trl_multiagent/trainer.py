@@ -231,12 +231,13 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         )
         self.last_rollout, returns = tree, tree.returns(self.args.discount)  # the newest tree, for `evaluation`
         credited = tree.credited_returns(tree.agent_returns(self.args.discount, self.args.team_reward_weight))
-        advantages = team_advantages(credited, self.scale_rewards, self.args.advantage_baseline)  # (nodes, agents, K)
+        args = self.args
+        advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)  # (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
         rows_per_agent = max_over_processes(self.accelerator, len(tree.nodes) * k)
-        agent_batches, tokens, sampling, args = [], 0, {}, self.args
+        agent_batches, tokens, sampling = [], 0, {}
         for i in range(self.num_agents):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
             pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device

@@ -141,6 +141,10 @@ class TeamEnvironment:
                     for i in range(self.num_agents)
                 ]
             rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
+            if self.joint_reward.normalize_then_sum:  # what credit learns from; `reward` stays on the user's scale
+                normalized = self.joint_reward.normalized_sum(per_func, [a.node for a in actions])
+                for action, value in zip(actions, normalized, strict=True):
+                    action.normalized_reward = value
             own = self.joint_reward.own_rewards(per_func, per_agent, turn)
         if own is not None:  # for `team_reward_weight` below 1
             for a, agents_own in zip(action_ids, own, strict=True):

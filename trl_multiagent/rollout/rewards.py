@@ -32,6 +32,7 @@ import functools
 import inspect
 import math
 import numbers
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -240,8 +241,10 @@ class JointReward:
         columns: Sequence[str] = (),
         processor: Callable[[float], float] | None = None,
         agent_aggregation="mean",
+        multi_objective_aggregation: str = "sum_then_normalize",
     ):
         self.funcs = list(funcs)
+        self.normalize_then_sum = multi_objective_aggregation == "normalize_then_sum"
         self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
         self.agent_aggregation = agent_aggregation
         if not self.funcs:
@@ -336,13 +339,27 @@ class JointReward:
                 per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
             else:
                 per_func.append(self._joint_values(f, completions, keywords, count, turn))
-        scored = [w for f, w in enumerate(self.weights) if self._ready(f)]
         processed = per_func if self.processor is None else [self._process(vals, turn) for vals in per_func]
+        return self._weighted_sum(processed, count), per_func, per_agent
+
+    def _weighted_sum(self, per_func: list[list[float | None]], count: int) -> list[float]:
+        scored = [w for f, w in enumerate(self.weights) if self._ready(f)]
         total = []
         for j in range(count):
-            values = [w * vals[j] for w, vals in zip(scored, processed, strict=True) if vals[j] is not None]
+            values = [w * vals[j] for w, vals in zip(scored, per_func, strict=True) if vals[j] is not None]
             total.append(sum(values) if values else 0.0)
-        return total, per_func, per_agent
+        return total
+
+    def normalized_sum(self, per_func: list[list[float | None]], groups: Sequence[int]) -> list[float]:
+        """TRL's `multi_objective_aggregation="normalize_then_sum"`: each function's values normalised within their
+        group (`group_normalized`; a group is the joint actions of one node), then weighted and summed.
+
+        >>> def a(completions_0): return [1.0, 3.0]
+        >>> def b(completions_0): return [10.0, 10.0]
+        >>> JointReward([a, b], [1.0, 2.0], num_agents=1).normalized_sum([[1.0, 3.0], [10.0, 10.0]], [0, 0])
+        [-0.7070..., 0.7070...]
+        """
+        return self._weighted_sum([group_normalized(values, groups) for values in per_func], len(groups))
 
     @property
     def gives_own_rewards(self) -> bool:
@@ -483,6 +500,26 @@ class JointReward:
     def _process(self, values: list[float | None], turn: int) -> list[float | None]:
         out = [None if v is None else self.processor(v) for v in values]
         return check_rewards(f"reward_processor({callable_name(self.processor)})", out, len(values), turn)
+
+
+def group_normalized(values: Sequence[float | None], groups: Sequence[int]) -> list[float | None]:
+    """Each value minus its group's mean, over its group's std plus 1e-4 (Bessel-corrected; None values skipped and
+    kept): TRL's `multi_objective_aggregation="normalize_then_sum"`, done to each reward function within each node.
+
+    >>> group_normalized([1.0, 3.0, None, 5.0, 5.0], [0, 0, 0, 1, 1])
+    [-0.7070..., 0.7070..., None, 0.0, 0.0]
+    """
+    normalized: list[float | None] = list(values)
+    for group in dict.fromkeys(groups):
+        members = [j for j, g in enumerate(groups) if g == group and values[j] is not None]
+        if not members:
+            continue
+        scored = [values[j] for j in members]
+        mean = sum(scored) / len(scored)
+        std = statistics.stdev(scored) if len(scored) > 1 else 0.0
+        for j in members:
+            normalized[j] = (values[j] - mean) / (std + 1e-4)
+    return normalized
 
 
 def _positional_count(func) -> int | None:

@@ -56,6 +56,13 @@ class JointAction:
     pruned: bool = False  # its node went on, but `branching` did not continue this joint action
     own_rewards: list[float] | None = None  # each agent's own reward, where per-agent rewards exist
     environment: Any = None  # this joint action's own copy of its node's world, which its agents acted on
+    # with multi_objective_aggregation="normalize_then_sum": the reward normalised within its node, which credit uses
+    normalized_reward: float | None = None
+
+    @property
+    def learned_reward(self) -> float:
+        """The reward the returns are made of: `normalized_reward` when there is one, else `reward`."""
+        return self.reward if self.normalized_reward is None else self.normalized_reward
 
 
 @dataclass
@@ -77,7 +84,7 @@ class RolloutTree:
 
     def returns(self, discount: float) -> list[float]:
         """The team's return of every joint action (`credit.joint_returns`)."""
-        return joint_returns([a.reward for a in self.joint_actions], self.children(), discount, self.pruned())
+        return joint_returns([a.learned_reward for a in self.joint_actions], self.children(), discount, self.pruned())
 
     def agent_returns(self, discount: float, team_weight: float = 1.0) -> list[list[float]]:
         """Per agent, the return of every joint action from that agent's reward: the team's, or with `team_weight`
@@ -87,7 +94,7 @@ class RolloutTree:
         if team_weight == 1.0 or all(o is None for o in own):
             return [self.returns(discount)] * num_agents
         children, pruned = self.children(), self.pruned()
-        mixed = mixed_rewards([a.reward for a in self.joint_actions], own, team_weight)
+        mixed = mixed_rewards([a.learned_reward for a in self.joint_actions], own, team_weight)
         return [joint_returns(rewards, children, discount, pruned) for rewards in mixed]
 
     def credited_returns(self, agent_returns: Sequence[Sequence[float]]) -> torch.Tensor:

@@ -1,0 +1,45 @@
+"""GRPO features a team gets with TRL's meaning: for one agent and one turn, MAGRPOTrainer gives GRPOTrainer's reward,
+loss and SGD step on the same samples; for two agents, each agent's term acts on its own parameters."""
+
+import pytest
+from conftest import SEED_PROMPTS, assert_same_sgd_step
+from datasets import Dataset
+from test_equivalence import COMMON, chars_reward
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model
+
+
+def vowels_reward(completions, **kwargs):
+    return [float(sum(ch in "aeiou" for ch in c)) for c in completions]
+
+
+def stock_and_ours(tmp_path, tokenizer, reward_funcs, **extra):
+    """Train one step of GRPOTrainer and of a one-agent MAGRPOTrainer from the same weights; their logs."""
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    stock_model = make_model(tokenizer, seed=3)
+    before = {k: v.clone() for k, v in stock_model.state_dict().items()}
+    stock = GRPOTrainer(
+        model=stock_model, reward_funcs=reward_funcs, train_dataset=data, processing_class=tokenizer,
+        args=GRPOConfig(output_dir=str(tmp_path / "stock"), **{**COMMON, **extra}),
+    )  # fmt: skip
+    stock.train()
+    ours_model = make_model(tokenizer, seed=3)
+    ours = MAGRPOTrainer(
+        agents=[ours_model], tokenizer=tokenizer, reward_funcs=reward_funcs, train_dataset=data,
+        args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **{**COMMON, **extra}),
+    )  # fmt: skip
+    ours.train()
+    assert_same_sgd_step(before, stock_model, ours_model)
+    return stock.state.log_history[0], ours.state.log_history[0]
+
+
+def test_normalize_then_sum_equals_grpo(tmp_path, tokenizer):
+    stock, ours = stock_and_ours(
+        tmp_path, tokenizer, [chars_reward, vowels_reward], multi_objective_aggregation="normalize_then_sum",
+        reward_weights=[1.0, 0.5],
+    )  # fmt: skip
+    for key in ("reward", "reward_std", "loss", "rewards/chars_reward/mean", "rewards/vowels_reward/mean"):
+        assert ours[key] == pytest.approx(stock[key], abs=1e-5), key
+    assert stock["reward_std"] > 0.1  # normalised rewards that differ: the advantages are not all zero
