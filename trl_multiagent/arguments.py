@@ -98,14 +98,19 @@ def grpo_trainer_settings(args):
       backend's (`generation.build_generator`). Also, GRPOTrainer fills `self.generation_kwargs` (the transformers
       backend's sampling settings) only when `use_vllm` is false;
     - `model_init_kwargs=None`: the agents are already loaded (`build_team` used it); GRPOTrainer would warn that it
-      is ignored.
+      is ignored;
+    - `cast_lm_head_to_fp32=False`: GRPOTrainer would cast the container's `lm_head`, which it has not; each agent's
+      is cast by `MAGRPOTrainer` (`team.assembly.fused_heads_on_agents`).
     """
-    saved = args.beta, args.use_vllm, args.model_init_kwargs
-    args.beta, args.use_vllm, args.model_init_kwargs = 0.0, False, None
+    names = ("beta", "use_vllm", "model_init_kwargs", "cast_lm_head_to_fp32")
+    saved = {name: getattr(args, name) for name in names}
+    for name, value in zip(names, (0.0, False, None, False), strict=True):
+        setattr(args, name, value)
     try:
         yield
     finally:
-        args.beta, args.use_vllm, args.model_init_kwargs = saved
+        for name, value in saved.items():
+            setattr(args, name, value)
 
 
 def quantized_model_init_kwargs(quantization_config, model_init_kwargs: dict | None, specs: list) -> dict | None:

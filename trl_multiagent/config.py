@@ -48,7 +48,6 @@ UNSUPPORTED_FIELDS = {
         "would be weighted like the policy loss",
     ),
     "use_adaptive_entropy": (False, "the entropy bonus is not supported yet (see `entropy_coef`)"),
-    "cast_lm_head_to_fp32": (False, "the fused log-prob head runs in each agent's own dtype"),
     "sync_ref_model": (False, "each agent's reference is a frozen copy (or its base, for adapters), never synced"),
 }
 

@@ -168,7 +168,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         self.environment.bind(self)
         attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
-        fused_heads_on_agents(self.team, self.temperature)
+        fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         self.ref_team = None  # adapters' reference: their base (adapter off), no extra memory; full models: a copy
         if self.beta != 0.0 and not self.team.all_adapters:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -395,6 +396,29 @@ def print_report(results: dict[str, dict], report: dict, expected: dict[str, dic
         show("listed but now passing (prune them from expected_swap_failures.txt)", report["listed_now_passing"])
 
 
+def versions() -> dict:
+    """What was tested: the libraries' versions, and trl_multiagent's commit and whether its files had edits."""
+    import importlib.metadata as metadata
+
+    found = {}
+    for name in ("trl", "transformers", "torch", "datasets", "peft", "trl_multiagent"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    spec = importlib.util.find_spec("trl_multiagent")
+    if spec is not None and spec.origin:
+        package = Path(spec.origin).parent
+        found["trl_multiagent_path"] = str(package)
+        git = ["git", "-C", str(package.parent)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        if head.returncode == 0:
+            dirty = subprocess.run([*git, "status", "--porcelain", "--", package.name], capture_output=True, text=True)
+            found["trl_multiagent_commit"] = head.stdout.strip()
+            found["trl_multiagent_uncommitted_files"] = len(dirty.stdout.splitlines())
+    return found
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     extra: list[str] = []
     if "--" in argv:
@@ -436,6 +460,7 @@ def main(argv: list[str]) -> int:
     selection_ids = list(CI_SUBSET) if args.subset == "ci" else None
     selection = [f"tests/{i}" for i in selection_ids] if selection_ids else [f"tests/{TEST_FILE}"]
 
+    tested = versions()  # before the runs: trl_multiagent's files may change while they go on
     assets_root = build_assets(workdir / "assets", scripts_dir, rebuild=args.rebuild_assets)
     modes = ["stock", "swapped"] if args.mode == "both" else [args.mode]
     results: dict[str, dict] = {}
@@ -458,6 +483,7 @@ def main(argv: list[str]) -> int:
         "origin": origin.read_text().strip() if origin.exists() else None,
         "mode": args.mode,
         "subset": args.subset,
+        "versions": tested,
         "counts": {m: r["counts"] for m, r in results.items()},
         "wall_seconds": {m: r["wall_seconds"] for m, r in results.items()},
         "commands": {m: r["command"] for m, r in results.items()},

@@ -15,9 +15,13 @@ from typing import NamedTuple
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.utils import logging
+from transformers.utils import is_peft_available, logging
 
 from .agent_team import AgentTeam
+
+
+if is_peft_available():
+    from peft.tuners.tuners_utils import BaseTunerLayer
 
 
 logger = logging.get_logger(__name__)
@@ -102,15 +106,48 @@ def build_team(
     return BuiltTeam(team, eos_token_ids)
 
 
-def fused_heads_on_agents(team: AgentTeam, temperature: float) -> None:
+def fused_heads_on_agents(team: AgentTeam, temperature: float, cast_lm_head_to_fp32: bool = False) -> None:
     """GRPOTrainer patches its fused log-prob head (`trl.trainer.utils.add_fused_lm_head`) onto the model it is given,
-    the team container, as a `forward` attribute; the head belongs on each agent, where the loss calls it."""
+    the team container, as a `forward` attribute; the head belongs on each agent, where the loss calls it. With
+    `cast_lm_head_to_fp32`, each agent's LM head is cast first (`cast_lm_head_to_fp32`), as GRPOTrainer casts its
+    model's."""
     from trl.trainer.utils import add_fused_lm_head
 
     del team.forward  # GRPOTrainer's patch on the container (an instance attribute; under contract)
-    for agent in team.agents:
+    for i, agent in enumerate(team.agents):
         base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
-        add_fused_lm_head(base, temperature=temperature, outputs=("log_probs", "entropy"))
+        if cast_lm_head_to_fp32:
+            cast_lm_head_to_float32(base, f"agent {i}")
+        add_fused_lm_head(
+            base, temperature=temperature, cast_lm_head_to_fp32=cast_lm_head_to_fp32, outputs=("log_probs", "entropy")
+        )
+
+
+def cast_lm_head_to_float32(model, name: str) -> None:
+    """GRPOConfig's `cast_lm_head_to_fp32` on one agent: its LM head's weights in float32 and its input cast to
+    float32, so the logits are float32 in generation too (the fused log-prob head casts by itself). A tied embedding
+    shares the float32 weight and keeps its output in the model's dtype. Done with hooks, not a patched `forward`, so
+    that a deep copy (the reference agents) computes with its own weights."""
+    head = model.get_output_embeddings()
+    if is_peft_available() and isinstance(head, BaseTunerLayer):
+        raise ValueError(
+            f"MAGRPOConfig: `cast_lm_head_to_fp32=True` is not supported when the lm_head carries a PEFT adapter "
+            f"({name}: `target_modules` includes `lm_head`). Remove `lm_head` from the adapter's target modules, or "
+            "set `cast_lm_head_to_fp32=False`."
+        )
+    dtype = head.weight.dtype
+    head.float()
+    head.register_forward_pre_hook(_inputs_to_float32)
+    if getattr(model.config.get_text_config(), "tie_word_embeddings", False):
+        model.get_input_embeddings().register_forward_hook(partial(_output_to, dtype))
+
+
+def _inputs_to_float32(module, args):
+    return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+def _output_to(dtype, module, args, output):
+    return output.to(dtype)
 
 
 def build_reference(accelerator, model, deepspeed: bool) -> AgentTeam:
