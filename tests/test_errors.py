@@ -98,7 +98,7 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
             dict(early_termination_threshold=math.nan),
             r"MAGRPOConfig: early_termination_threshold must be a number \(inf: never end early\) or None .*got nan",
         ),
-        (dict(sync_ref_model=True), "sync_ref_model=True is not supported by MAGRPOTrainer"),
+        (dict(sync_ref_model=True), r"MAGRPOConfig: You passed `sync_ref_model=True` while `beta=0.0`"),  # TRL's
         (dict(num_train_epochs=0), r"MAGRPOConfig: num_train_epochs must be > 0 \(or max_steps > 0\), got 0"),
         (dict(num_agents=0), "MAGRPOConfig: num_agents must be >= 1 or None, got 0"),
         (dict(eval_batch_size=0), r"MAGRPOConfig: eval_batch_size \(CoMLRL\) must be >= 1, got 0"),

@@ -5,7 +5,9 @@ import pytest
 import torch
 from conftest import SEED_PROMPTS, assert_same_sgd_step
 from datasets import Dataset
+from peft import LoraConfig
 from test_equivalence import COMMON, chars_reward
+from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -16,28 +18,35 @@ def vowels_reward(completions, **kwargs):
     return [float(sum(ch in "aeiou" for ch in c)) for c in completions]
 
 
-def stock_and_ours(tmp_path, tokenizer, reward_funcs, dtype=torch.float32, atol=1e-6, **extra):
-    """Train one step of GRPOTrainer and of a one-agent MAGRPOTrainer from the same weights; their logs."""
+def stock_and_ours(tmp_path, tokenizer, reward_funcs, dtype=torch.float32, atol=1e-6, model_dir=None, **extra):
+    """Train GRPOTrainer and a one-agent MAGRPOTrainer from the same weights (a tiny model, or `model_dir` loaded by
+    both trainers); check that every weight moved alike, and return their first logs and the trainers."""
     data = Dataset.from_dict({"prompt": SEED_PROMPTS})
-    stock_model = make_model(tokenizer, seed=3).to(dtype)
-    before = {k: v.clone() for k, v in stock_model.state_dict().items()}
-    stock = GRPOTrainer(
-        model=stock_model, reward_funcs=reward_funcs, train_dataset=data, processing_class=tokenizer,
-        args=GRPOConfig(output_dir=str(tmp_path / "stock"), **{**COMMON, **extra}),
-    )  # fmt: skip
-    stock.train()
-    ours_model = make_model(tokenizer, seed=3).to(dtype)
-    ours = MAGRPOTrainer(
-        agents=[ours_model], tokenizer=tokenizer, reward_funcs=reward_funcs, train_dataset=data,
-        args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **{**COMMON, **extra}),
-    )  # fmt: skip
-    ours.train()
-    assert_same_sgd_step(before, stock_model, ours_model, atol)
-    return stock.state.log_history[0], ours.state.log_history[0], ours_model
+    trainers = []
+    for kind in ("stock", "ours"):
+        model = model_dir or make_model(tokenizer, seed=3).to(dtype)
+        args = dict(output_dir=str(tmp_path / kind), **{**COMMON, **extra})
+        if kind == "stock":
+            trainer = GRPOTrainer(
+                model=model, reward_funcs=reward_funcs, train_dataset=data, processing_class=tokenizer,
+                args=GRPOConfig(**args),
+            )  # fmt: skip
+        else:
+            trainer = MAGRPOTrainer(
+                agents=[model], tokenizer=tokenizer, reward_funcs=reward_funcs, train_dataset=data,
+                args=MAGRPOConfig(**args),
+            )  # fmt: skip
+        policy = trainer.model if kind == "stock" else trainer.team.agent(0)
+        before = {k: v.clone() for k, v in policy.state_dict().items()}
+        trainer.train()
+        trainers.append((trainer, policy))
+    (stock, stock_policy), (ours, ours_policy) = trainers
+    assert_same_sgd_step(before, stock_policy, ours_policy, atol)
+    return stock.state.log_history[0], ours.state.log_history[0], stock, ours
 
 
 def test_normalize_then_sum_equals_grpo(tmp_path, tokenizer):
-    stock, ours, _ = stock_and_ours(
+    stock, ours, _, _ = stock_and_ours(
         tmp_path, tokenizer, [chars_reward, vowels_reward], multi_objective_aggregation="normalize_then_sum",
         reward_weights=[1.0, 0.5],
     )  # fmt: skip
@@ -48,12 +57,12 @@ def test_normalize_then_sum_equals_grpo(tmp_path, tokenizer):
 
 def test_lm_head_cast_to_fp32_equals_grpo(tmp_path, tokenizer):
     # bfloat16 agents: a step moves a weight by a few units in its last place (about 2.4e-4 here)
-    stock, ours, model = stock_and_ours(
+    stock, ours, _, trainer = stock_and_ours(
         tmp_path, tokenizer, chars_reward, dtype=torch.bfloat16, atol=5e-4, cast_lm_head_to_fp32=True
     )
     assert ours["loss"] == pytest.approx(stock["loss"], abs=1e-6)
     assert ours["entropy"] == pytest.approx(stock["entropy"], abs=1e-5)
-    assert model.lm_head.weight.dtype == torch.float32  # the head trained in float32, as GRPOTrainer's
+    assert trainer.team.agent(0).lm_head.weight.dtype == torch.float32  # the head trained in float32, as GRPOTrainer's
 
 
 def test_lm_head_cast_to_fp32_gives_float32_logits_on_each_agent(tmp_path, tokenizer):
@@ -72,3 +81,84 @@ def test_lm_head_cast_to_fp32_gives_float32_logits_on_each_agent(tmp_path, token
         )
         assert agent(ids).logits.dtype == torch.float32
         assert agent.get_input_embeddings()(ids).dtype == torch.bfloat16  # the tied embedding's output keeps its dtype
+
+
+@pytest.mark.parametrize("sync_ref_model", [False, True])
+def test_reference_equals_grpo(tmp_path, tokenizer, tiny_model_dir, sync_ref_model):
+    # beta > 0: step 2's KL term is taken against the reference; synced, the reference was mixed half-way toward the
+    # policy after step 1
+    sync = dict(
+        beta=0.5, sync_ref_model=sync_ref_model, ref_model_sync_steps=1, ref_model_mixup_alpha=0.5, max_steps=2
+    )
+    _, _, stock, ours = stock_and_ours(tmp_path, tokenizer, chars_reward, model_dir=tiny_model_dir, **sync)
+    second = [ours.state.log_history[1], stock.state.log_history[1]]
+    assert second[0]["kl"] == pytest.approx(second[1]["kl"], rel=1e-4) and second[1]["kl"] > 0
+    assert second[0]["loss"] == pytest.approx(second[1]["loss"], abs=1e-7)
+    stock_reference = stock.accelerator.unwrap_model(stock.ref_model).state_dict()
+    ours_reference = ours.ref_team.agent(0).state_dict()
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    moved = 0
+    for name, value in stock_reference.items():
+        torch.testing.assert_close(ours_reference[name], value, rtol=1e-5, atol=1e-7, msg=name)
+        moved += int(not torch.equal(value, initial[name]))
+    assert moved > 10 if sync_ref_model else moved == 0  # synced references moved toward the policy
+
+
+def two_agent_trainer(tmp_path, tokenizer, agents=None, peft_config=None, **overrides):
+    """Two full agents, or one shared base with two LoRA adapters."""
+    kwargs = dict(agents=agents) if agents else dict(model=make_model(tokenizer, seed=0), num_agents=2)
+    if not agents:
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    if peft_config is not None:
+        kwargs["peft_config"] = peft_config
+    args = dict(output_dir=str(tmp_path), **{**COMMON, "learning_rate": 0.05, **overrides})
+    return MAGRPOTrainer(
+        **kwargs, tokenizer=tokenizer, reward_func=lambda a, b: [len(x) - len(y) / 2 for x, y in zip(a, b, strict=True)],
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=MAGRPOConfig(**args),
+    )  # fmt: skip
+
+
+SYNC_EVERY_STEP = dict(beta=0.1, sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.25)
+
+
+def test_two_full_agents_each_reference_moves_toward_its_own_policy(tmp_path, tokenizer):
+    trainer = two_agent_trainer(
+        tmp_path, tokenizer, [make_model(tokenizer, seed=s) for s in (1, 2)], **SYNC_EVERY_STEP
+    )
+    initial = [{k: v.clone() for k, v in trainer.team.agent(i).state_dict().items()} for i in range(2)]
+    trainer.train()
+    for i in range(2):  # reference_i = 0.75 * initial_i + 0.25 * policy_i, with agent i's own weights
+        policy, reference = trainer.team.agent(i).state_dict(), trainer.ref_team.agent(i).state_dict()
+        moved = 0
+        for name, start in initial[i].items():
+            torch.testing.assert_close(reference[name], 0.75 * start + 0.25 * policy[name], msg=f"agent {i}: {name}")
+            moved += int(not torch.equal(start, policy[name]))
+        assert moved > 10
+
+
+def test_shared_base_each_reference_adapter_moves_toward_its_own_adapter(tmp_path, tokenizer):
+    trainer = two_agent_trainer(tmp_path, tokenizer, **SYNC_EVERY_STEP)
+    model, names = trainer.team.agent(0), trainer.team.adapter_names
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer.train()
+    after = model.state_dict()
+    for name in names:
+        keys = [k for k in initial if f".{name}." in k]
+        assert keys and any(not torch.equal(initial[k], after[k]) for k in keys)  # the adapter trained
+        for key in keys:  # reference_{name} = 0.75 * initial adapter + 0.25 * trained adapter
+            reference = after[key.replace(f".{name}.", f".reference_{name}.")]
+            torch.testing.assert_close(reference, 0.75 * initial[key] + 0.25 * after[key], msg=key)
+    base = [k for k in initial if "lora_" not in k]
+    assert all(torch.equal(initial[k], after[k]) for k in base)  # the base never moves
+    assert all(not p.requires_grad for k, p in model.named_parameters() if "reference_" in k)
+    kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
+    assert kl[0] == 0.0  # the reference adapters start equal to the agents' adapters
+
+
+def test_sync_ref_model_with_separate_peft_agents_is_refused_with_the_alternative(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match=r"sync_ref_model=True with agents that are PEFT models of their own is not "
+                                         r"supported.*one shared base"):  # fmt: skip
+        two_agent_trainer(
+            tmp_path, tokenizer, [make_model(tokenizer, seed=s) for s in (1, 2)], **SYNC_EVERY_STEP,
+            peft_config=LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"),
+        )  # fmt: skip

@@ -57,7 +57,9 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
 - `add_fused_lm_head` and the `forward` it sets (`trl.trainer.utils`) -- trainer.py (`del self.team.forward`, then
   `add_fused_lm_head` on each agent), update/prefix.py -- `GRPOTrainer.__init__` patches the model it is given (the
   team) by setting a `forward` instance attribute, which `del` removes, giving back the class's `forward`; on an agent,
-  `forward(..., labels=..., fused_lm_head=True)` returns `log_probs` and `entropy` per token.
+  `forward(..., labels=..., fused_lm_head=True)` returns `log_probs` and `entropy` per token; the patch wraps the
+  original forward in a closure, so a deep copy (the reference agents) drops it and is patched again
+  (team/assembly.py, `add_fused_heads`).
 - `_unwrap_model_for_generation` (`trl.models.utils`) -- generation/hf.py -- signature; outside ZeRO-3 it yields the
   unwrapped model (the team), with activation checkpointing off inside and back on after.
 - `disable_gradient_checkpointing`, `add_hooks`, `remove_hooks`, `prepare_deepspeed`, `pad`, `ensure_master_addr_port`
@@ -523,6 +525,15 @@ def test_fused_head_is_a_forward_attribute_that_del_removes(tmp_path):
     expected = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     torch.testing.assert_close(out.log_probs, expected, rtol=1e-4, atol=1e-5)
     assert out.entropy is not None and out.entropy.shape == expected.shape
+    # The patch keeps the forward it wraps in a closure: a deep copy's plain forward runs the original's weights,
+    # until the copy drops the copied patch and gets one of its own (`team.assembly.add_fused_heads`).
+    copy = __import__("copy").deepcopy(agent)
+    with torch.no_grad():
+        copy.model.norm.weight.mul_(2.0)  # the final norm scales the logits
+        assert torch.equal(copy(input_ids=ids).logits, logits), "a copied fused head no longer runs the original"
+        copy.__dict__.pop("forward")
+        add_fused_lm_head(copy, temperature=1.0, outputs=("log_probs", "entropy"))
+        torch.testing.assert_close(copy(input_ids=ids).logits, 2.0 * logits)
 
 
 @contract("trl", "_unwrap_model_for_generation", used_in="generation/hf.py")

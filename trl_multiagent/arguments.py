@@ -100,11 +100,13 @@ def grpo_trainer_settings(args):
     - `model_init_kwargs=None`: the agents are already loaded (`build_team` used it); GRPOTrainer would warn that it
       is ignored;
     - `cast_lm_head_to_fp32=False`: GRPOTrainer would cast the container's `lm_head`, which it has not; each agent's
-      is cast by `MAGRPOTrainer` (`team.assembly.fused_heads_on_agents`).
+      is cast by `MAGRPOTrainer` (`team.assembly.fused_heads_on_agents`);
+    - `sync_ref_model=False`: GRPOTrainer would sync its one reference model; the team's references are synced by
+      `team.reference_sync`.
     """
-    names = ("beta", "use_vllm", "model_init_kwargs", "cast_lm_head_to_fp32")
+    names = ("beta", "use_vllm", "model_init_kwargs", "cast_lm_head_to_fp32", "sync_ref_model")
     saved = {name: getattr(args, name) for name in names}
-    for name, value in zip(names, (0.0, False, None, False), strict=True):
+    for name, value in zip(names, (0.0, False, None, False, False), strict=True):
         setattr(args, name, value)
     try:
         yield

@@ -48,7 +48,6 @@ UNSUPPORTED_FIELDS = {
         "would be weighted like the policy loss",
     ),
     "use_adaptive_entropy": (False, "the entropy bonus is not supported yet (see `entropy_coef`)"),
-    "sync_ref_model": (False, "each agent's reference is a frozen copy (or its base, for adapters), never synced"),
 }
 
 
@@ -427,6 +426,12 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             raise ValueError(
                 f"MAGRPOConfig: scale_rewards must be one of {SCALE_REWARDS} (or True for 'group', False for 'none'), "
                 f"got {self.scale_rewards!r}."
+            )
+        if self.sync_ref_model and self.beta == 0.0:
+            raise ValueError(
+                "MAGRPOConfig: You passed `sync_ref_model=True` while `beta=0.0`, which means the reference model is "
+                "not used during training. Consequently, there is nothing to synchronize. Please set "
+                "`sync_ref_model=False`, or set `beta` to a non-zero value."
             )
         if self.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
             raise ValueError(

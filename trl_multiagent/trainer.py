@@ -170,9 +170,9 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
-        self.ref_team = None  # adapters' reference: their base (adapter off), no extra memory; full models: a copy
-        if self.beta != 0.0 and not self.team.all_adapters:
-            self.ref_team = build_reference(self.accelerator, self.model, self.is_deepspeed_enabled)
+        self.ref_team, reference_sync = build_reference(self.accelerator, self.model, args, self.temperature)
+        if reference_sync is not None:  # sync_ref_model: each agent's reference (a copy, or an adapter) follows it
+            self.add_callback(reference_sync)
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
         self.generator = build_generator(
             args,
@@ -205,7 +205,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         return generation
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        mode = "train" if self.model.training else "eval"
+        mode, args = ("train" if self.model.training else "eval"), self.args
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         self._rollout_times, self._truncated_prompts = RolloutTimes(), 0
@@ -231,7 +231,6 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         )
         self.last_rollout, returns = tree, tree.returns(self.args.discount)  # the newest tree, for `evaluation`
         credited = tree.credited_returns(tree.agent_returns(self.args.discount, self.args.team_reward_weight))
-        args = self.args
         advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)  # (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and

@@ -44,6 +44,7 @@ class AgentTeam(nn.Module):
             raise ValueError("AgentTeam needs at least one agent.")
         self.agents = nn.ModuleList(agents)
         self.adapter_names = list(adapter_names) if adapter_names else None
+        self.reference_adapter_names: list[str] | None = None  # `add_reference_adapters`
         self.active = 0
         if self.adapter_names:
             from peft.tuners.tuners_utils import BaseTunerLayer
@@ -83,9 +84,9 @@ class AgentTeam(nn.Module):
         tag = f".{self.adapter_names[index]}."
         return [p for name, p in self.agents[0].named_parameters() if tag in name]
 
-    def _activate(self, index: int) -> None:
+    def _activate(self, index: int, reference: bool = False) -> None:
         if self.is_shared_base:
-            name = self.adapter_names[index]
+            name = (self.reference_adapter_names if reference else self.adapter_names)[index]
             for layer in self._tuner_layers:
                 layer._active_adapter = [name]
             self.agents[0].base_model.active_adapter = name
@@ -103,9 +104,45 @@ class AgentTeam(nn.Module):
 
     @contextmanager
     def reference(self, index: int):
-        """Agent `index` with its adapter disabled: the frozen reference policy of an adapter agent."""
-        with self.acting(index) as module, module.disable_adapter():
-            yield module
+        """The frozen reference policy of adapter agent `index`: its adapter disabled, or its reference adapter
+        (`add_reference_adapters`)."""
+        if self.reference_adapter_names is None:
+            with self.acting(index) as module, module.disable_adapter():
+                yield module
+            return
+        previous = self.active
+        self._activate(index, reference=True)
+        try:
+            yield self.agent(index)
+        finally:
+            self._activate(previous)
+
+    def add_reference_adapters(self) -> list[tuple[nn.Parameter, nn.Parameter]]:
+        """Give each agent of a shared base a frozen copy of its adapter, `reference_{name}`, which `reference` runs
+        in place of the bare base: a reference that can be moved toward the policy (`sync_ref_model`). Returns the
+        (policy, reference) parameter pairs, every agent's."""
+        if not self.is_shared_base:
+            raise ValueError(
+                "MAGRPOConfig: sync_ref_model=True with agents that are PEFT models of their own is not supported: "
+                "their reference is the adapter disabled, which cannot be synced. Give one model with `num_agents` and "
+                "`peft_config` (one shared base, one adapter per agent), or full models."
+            )
+        model = self.agents[0]
+        trainable = {name: p.requires_grad for name, p in model.named_parameters()}
+        self.reference_adapter_names = [f"reference_{name}" for name in self.adapter_names]
+        for name, reference in zip(self.adapter_names, self.reference_adapter_names, strict=True):
+            model.add_adapter(reference, model.peft_config[name])
+        parameters = dict(model.named_parameters())
+        pairs = []
+        for name, reference in zip(self.adapter_names, self.reference_adapter_names, strict=True):
+            for key in [k for k in trainable if f".{name}." in k]:
+                copy = parameters[key.replace(f".{name}.", f".{reference}.")]
+                copy.data.copy_(parameters[key].data)
+                pairs.append((parameters[key], copy))
+        for key, p in parameters.items():  # PEFT's `add_adapter` changes which adapters train; put that back
+            p.requires_grad_(trainable.get(key, False))
+        self._activate(self.active)
+        return pairs
 
     def forward(self, *args, run=None, **kwargs):
         """The active agent's forward; or, with `run=fn`, `fn(self)`.

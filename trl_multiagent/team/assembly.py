@@ -14,10 +14,11 @@ from functools import partial
 from typing import NamedTuple
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.utils import is_peft_available, logging
 
 from .agent_team import AgentTeam
+from .reference_sync import reference_sync
 
 
 if is_peft_available():
@@ -109,18 +110,31 @@ def build_team(
 def fused_heads_on_agents(team: AgentTeam, temperature: float, cast_lm_head_to_fp32: bool = False) -> None:
     """GRPOTrainer patches its fused log-prob head (`trl.trainer.utils.add_fused_lm_head`) onto the model it is given,
     the team container, as a `forward` attribute; the head belongs on each agent, where the loss calls it. With
-    `cast_lm_head_to_fp32`, each agent's LM head is cast first (`cast_lm_head_to_fp32`), as GRPOTrainer casts its
+    `cast_lm_head_to_fp32`, each agent's LM head is cast first (`cast_lm_head_to_float32`), as GRPOTrainer casts its
     model's."""
-    from trl.trainer.utils import add_fused_lm_head
-
     del team.forward  # GRPOTrainer's patch on the container (an instance attribute; under contract)
     for i, agent in enumerate(team.agents):
-        base = agent.get_base_model() if hasattr(agent, "get_base_model") else agent
         if cast_lm_head_to_fp32:
-            cast_lm_head_to_float32(base, f"agent {i}")
+            cast_lm_head_to_float32(_base(agent), f"agent {i}")
+    add_fused_heads(team, temperature, cast_lm_head_to_fp32)
+
+
+def add_fused_heads(team: AgentTeam, temperature: float, cast_lm_head_to_fp32: bool) -> None:
+    """TRL's fused log-prob head on each agent, over the agent's own `forward`. The head keeps the forward it wraps
+    in a closure, so a deep copy of a patched agent would still run the original's weights outside the fused path:
+    a copy (the reference agents) drops the copied patch and gets a head of its own."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    for agent in team.agents:
+        base = _base(agent)
+        base.__dict__.pop("forward", None)
         add_fused_lm_head(
             base, temperature=temperature, cast_lm_head_to_fp32=cast_lm_head_to_fp32, outputs=("log_probs", "entropy")
         )
+
+
+def _base(agent):
+    return agent.get_base_model() if hasattr(agent, "get_base_model") else agent
 
 
 def cast_lm_head_to_float32(model, name: str) -> None:
@@ -150,15 +164,28 @@ def _output_to(dtype, module, args, output):
     return output.to(dtype)
 
 
-def build_reference(accelerator, model, deepspeed: bool) -> AgentTeam:
-    """A frozen copy of every agent of the prepared `model`, taken before training, for the KL term when `beta > 0`
-    (adapter teams need none: the base, adapter disabled, is the reference)."""
+def build_reference(accelerator, model, args, temperature: float) -> tuple[AgentTeam | None, TrainerCallback | None]:
+    """The reference team for the KL term when `beta > 0`, and the callback that syncs it with `sync_ref_model`
+    (`reference_sync`; else None).
+
+    The reference team is a frozen copy of every agent of the prepared `model`, taken before training, with fused heads
+    of its own; None without a KL term, and for adapter teams (the base, adapter disabled, is the reference).
+    """
+    team = accelerator.unwrap_model(model)
+    reference = None
+    if args.beta != 0.0 and not team.all_adapters:
+        reference = _frozen_copy(accelerator, team, args, temperature)
+    return reference, reference_sync(accelerator, team, reference) if args.sync_ref_model else None
+
+
+def _frozen_copy(accelerator, team: AgentTeam, args, temperature: float):
     from trl.models.utils import prepare_deepspeed
 
-    reference = copy.deepcopy(accelerator.unwrap_model(model))
+    reference = copy.deepcopy(team)
+    add_fused_heads(reference, temperature, args.cast_lm_head_to_fp32)
     reference.requires_grad_(False)
     reference.eval()
-    if deepspeed:
+    if getattr(accelerator.state, "deepspeed_plugin", None) is not None:  # as `Trainer.is_deepspeed_enabled`
         return prepare_deepspeed(reference, accelerator)  # sharded like the policy under ZeRO-3
     return accelerator.prepare_model(reference, evaluation_mode=True)
 
