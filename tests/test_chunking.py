@@ -36,11 +36,13 @@ def loss_and_gradients(trainer, inputs):
     return loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
 
 
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.1])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_chunked_loss_and_gradients_equal_one_pass_and_ignore_inert_rows(tmp_path, tokenizer, loss_type):
+def test_chunked_loss_and_gradients_equal_one_pass_and_ignore_inert_rows(tmp_path, tokenizer, loss_type, entropy_coef):
     """TRL's own `_compute_loss`, two agents: chunks of 2 rows over a batch padded with inert rows give the loss and
-    gradients of one pass over the real rows alone."""
+    gradients of one pass over the real rows alone; with the entropy bonus too (each agent's mean over its tokens)."""
     extra = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
+    extra["entropy_coef"] = entropy_coef
     args = MAGRPOConfig(
         output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_new_tokens=8, beta=0.05,
         loss_type=loss_type, report_to="none", check_functions_before_training=False, **extra,

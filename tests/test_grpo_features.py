@@ -18,7 +18,9 @@ def vowels_reward(completions, **kwargs):
     return [float(sum(ch in "aeiou" for ch in c)) for c in completions]
 
 
-def stock_and_ours(tmp_path, tokenizer, reward_funcs, dtype=torch.float32, atol=1e-6, model_dir=None, **extra):
+def stock_and_ours(
+    tmp_path, tokenizer, reward_funcs, dtype=torch.float32, atol=1e-6, model_dir=None, ours_only=None, **extra
+):
     """Train GRPOTrainer and a one-agent MAGRPOTrainer from the same weights (a tiny model, or `model_dir` loaded by
     both trainers); check that every weight moved alike, and return their first logs and the trainers."""
     data = Dataset.from_dict({"prompt": SEED_PROMPTS})
@@ -34,7 +36,7 @@ def stock_and_ours(tmp_path, tokenizer, reward_funcs, dtype=torch.float32, atol=
         else:
             trainer = MAGRPOTrainer(
                 agents=[model], tokenizer=tokenizer, reward_funcs=reward_funcs, train_dataset=data,
-                args=MAGRPOConfig(**args),
+                args=MAGRPOConfig(**args, **(ours_only or {})),
             )  # fmt: skip
         policy = trainer.model if kind == "stock" else trainer.team.agent(0)
         before = {k: v.clone() for k, v in policy.state_dict().items()}
@@ -162,3 +164,108 @@ def test_sync_ref_model_with_separate_peft_agents_is_refused_with_the_alternativ
             tmp_path, tokenizer, [make_model(tokenizer, seed=s) for s in (1, 2)], **SYNC_EVERY_STEP,
             peft_config=LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"),
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "loss_type, update_chunk_size", [("dapo", None), ("grpo", 3), ("bnpo", 2), ("dr_grpo", 5)]
+)  # one chunk, and chunks weighted by rows, by tokens, by rows over the longest completion
+def test_entropy_bonus_equals_grpo(tmp_path, tokenizer, loss_type, update_chunk_size):
+    # GRPOTrainer has no update_chunk_size: MAGRPOConfig's goes through `extra`, which GRPOConfig does not get
+    stock, ours, _, _ = stock_and_ours(
+        tmp_path,
+        tokenizer,
+        chars_reward,
+        entropy_coef=0.05,
+        loss_type=loss_type,
+        ours_only={"update_chunk_size": update_chunk_size},
+    )
+    for key in ("loss", "policy_loss", "entropy_coef"):
+        assert ours[key] == pytest.approx(stock[key], abs=1e-6), key
+    # the `entropy` metric is TRL's per call: in chunks, the mean of the chunks' means (the bonus is not)
+    assert ours["entropy"] == pytest.approx(stock["entropy"], abs=1e-6 if update_chunk_size is None else 1e-4)
+    assert stock["loss"] != pytest.approx(stock["policy_loss"], abs=1e-3)  # the bonus is in the loss
+
+
+def test_adaptive_entropy_equals_grpo(tmp_path, tokenizer):
+    # step 1 measures the entropy (about 6 nats here, below the target): the coefficient rises and applies in step 2
+    adaptive = dict(
+        use_adaptive_entropy=True, entropy_coef=0.1, entropy_target=10.0, entropy_coef_delta=0.5, max_steps=2
+    )
+    _, _, stock, ours = stock_and_ours(tmp_path, tokenizer, chars_reward, **adaptive)
+    for s, o in zip(stock.state.log_history[:2], ours.state.log_history[:2], strict=True):
+        for key in ("loss", "policy_loss", "entropy", "entropy_coef"):
+            assert o[key] == pytest.approx(s[key], abs=1e-6), key
+    assert [h["entropy_coef"] for h in ours.state.log_history[:2]] == pytest.approx([0.6, 1.0])  # capped at max 1.0
+
+
+def test_two_agents_on_a_shared_base_each_entropy_term_moves_its_own_adapter(tmp_path, tokenizer):
+    from test_chunking import random_rows
+
+    from trl_multiagent.update.batching import loss_mask
+
+    def gradients(trainer, inputs):
+        trainer.model.zero_grad()
+        trainer.compute_loss(trainer.model, inputs).backward()
+        return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    trainer = two_agent_trainer(tmp_path, tokenizer, entropy_coef=0.1)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    generator = torch.Generator().manual_seed(0)
+    rows = [random_rows(tokenizer, generator) for _ in range(2)]
+    with_bonus = gradients(trainer, rows)
+    trainer.entropy_control.coefs = [0.0, 0.0]
+    without = gradients(trainer, rows)
+
+    expected = {n: torch.zeros_like(g) for n, g in without.items()}
+    for agent, batch in enumerate(rows):  # -0.1 * the gradient of the agent's own mean entropy over its tokens
+        trainer.model.zero_grad()
+        with trainer.team.acting(agent):
+            ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+            mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+            _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, batch["completion_ids"].size(1), compute_entropy=True
+            )
+        tokens = loss_mask(batch)
+        ((entropies * tokens).sum() / tokens.sum()).backward()
+        for n, p in trainer.model.named_parameters():
+            if p.grad is not None:
+                expected[n] -= 0.1 * p.grad
+    for name in without:
+        torch.testing.assert_close(with_bonus[name] - without[name], expected[name], rtol=1e-3, atol=1e-6, msg=name)
+    names = trainer.team.adapter_names
+    for agent in range(2):  # each term reached its own adapter, and only it
+        own = [n for n in without if f".{names[agent]}." in n]
+        assert own and any(expected[n].abs().sum() > 0 for n in own)  # (lora_A has none while lora_B is 0)
+
+
+def test_two_agents_each_adapt_their_own_entropy_coefficient(tmp_path, tokenizer):
+    peaked = make_model(tokenizer, seed=2)
+    with torch.no_grad():
+        peaked.model.norm.weight.mul_(200.0)  # sharp logits: entropy near 0, where the other agent's is about 6
+    trainer = two_agent_trainer(
+        tmp_path, tokenizer, [make_model(tokenizer, seed=1), peaked], use_adaptive_entropy=True, entropy_coef=0.2,
+        entropy_target=3.0, entropy_coef_delta=0.05, max_steps=2,
+    )  # fmt: skip
+    trainer.train()
+    first = trainer.state.log_history[0]
+    # agent 0 is above the target: its coefficient goes down; agent 1 is below it: its coefficient goes up
+    assert (first["agent_0/entropy_coef"], first["agent_1/entropy_coef"]) == pytest.approx((0.15, 0.25))
+    assert trainer.entropy_control.last_entropies[0] > 3.0 > trainer.entropy_control.last_entropies[1]
+    assert trainer.entropy_control.applied(0) == 0.0 and trainer.entropy_control.applied(1) == pytest.approx(0.3)
+
+
+def test_adaptive_entropy_coefficients_resume_from_a_checkpoint(tmp_path, tokenizer):
+    adaptive = dict(
+        use_adaptive_entropy=True, entropy_coef=0.2, entropy_target=10.0, entropy_coef_delta=0.05, max_steps=1,
+        save_strategy="steps", save_steps=1,
+    )  # fmt: skip
+    agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
+    trainer = two_agent_trainer(tmp_path, tokenizer, agents, **adaptive)
+    trainer.train()
+    assert trainer.entropy_control.coefs == pytest.approx([0.25, 0.25])
+    resumed = two_agent_trainer(tmp_path, tokenizer, agents, **{**adaptive, "max_steps": 2})
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    # step 2 starts from the saved coefficients (0.25, applied), not from entropy_coef: both end at 0.3
+    assert resumed.entropy_control.coefs == pytest.approx([0.3, 0.3])
+    assert [h["entropy_coef"] for h in resumed.state.log_history if "entropy_coef" in h] == pytest.approx([0.25, 0.3])

@@ -33,6 +33,9 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
   masks with `completion_mask * tool_mask`; normalises each `loss_type` as `chunking.chunk_weight` assumes; multiplies
   the per-token loss by `inputs["importance_sampling_ratio"]` when `use_vllm` and
   `vllm_importance_sampling_correction`.
+- `GRPOTrainer._entropy_bonus_enabled` -- update/entropy.py (`TeamEntropyBonus`, set False: the package adds each
+  agent's bonus itself) -- set by `GRPOTrainer.__init__` (True with `entropy_coef` or `use_adaptive_entropy`);
+  `_compute_loss` subtracts `entropy_coef` times the mean entropy of the call's tokens only while it is True.
 - `GRPOTrainer._get_per_token_logps_and_entropies` -- trainer.py (overridden; the stock one is called positionally
   with `batch_size, compute_entropy, compute_aux_loss`), update/prefix.py (`chunked_per_token_logps`) -- signature;
   returns `(log_probs, entropies, aux_loss)`, the log-probs being those of the completion tokens at temperature
@@ -373,6 +376,29 @@ def test_prepare_inputs_result_goes_to_compute_loss_as_it_is(trained):
     assert len(trained.prepared) == 2, "one _prepare_inputs call per micro-step"
     assert all(a is b for a, b in zip(trained.prepared, trained.loss_inputs, strict=True))
     assert "self._prepare_inputs(inputs)" in inspect.getsource(GRPOTrainer.prediction_step)
+
+
+@contract("trl", "GRPOTrainer._entropy_bonus_enabled", used_in="update/entropy.py")
+def test_entropy_bonus_is_added_only_while_enabled(tmp_path):
+    trainer = grpo_trainer(tmp_path, loss_type="dapo", entropy_coef=0.5)
+    trainer.model.eval()  # no accumulation normaliser
+    assert trainer._entropy_bonus_enabled is True, "GRPOTrainer no longer sets `_entropy_bonus_enabled`"
+    inputs = {
+        "prompt_ids": torch.tensor([[5, 6, 7], [8, 9, 10]]),
+        "prompt_mask": torch.ones(2, 3, dtype=torch.long),
+        "completion_ids": torch.tensor([[11, 12, 13, 14], [15, 16, 17, 18]]),
+        "completion_mask": torch.ones(2, 4, dtype=torch.long),
+        "advantages": torch.tensor([1.0, 0.5]),
+        "num_items_in_batch": torch.tensor(8.0),
+    }
+    with torch.no_grad():
+        with_bonus = trainer._compute_loss(trainer.model, inputs).item()
+        entropy = trainer._metrics["eval"]["entropy"][-1]
+        trainer._entropy_bonus_enabled = False  # as `TeamEntropyBonus` sets it: the bonus is the package's
+        without = trainer._compute_loss(trainer.model, inputs).item()
+    # on-policy dapo: -sum(advantage) / tokens; the bonus subtracts 0.5 * the mean entropy of the 8 tokens
+    assert without == pytest.approx(-(4 * 1.0 + 4 * 0.5) / 8), "the loss still holds an entropy bonus when disabled"
+    assert with_bonus == pytest.approx(without - 0.5 * entropy, rel=1e-5)
 
 
 @contract("trl", "GRPOTrainer._compute_loss", used_in="trainer.py, update/importance.py")

@@ -30,6 +30,7 @@ logger = logging.get_logger(__name__)
 COMPLETE_MARKER = "checkpoint_complete"
 # A model folder prepared by `trl_multiagent.demo.models` (the embedded model) names its Hub id in this file.
 PREPARED_MODEL_MARKER = ".trl_multiagent_complete.json"
+ENTROPY_STATE_NAME = "team_entropy_state.json"  # each agent's adaptive entropy coefficient (`update.entropy`)
 
 
 def agent_dir(output_dir: str, index: int) -> str:
@@ -348,12 +349,27 @@ class TeamCheckpointing:
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = save_total_limit
+        control = getattr(self, "entropy_control", None)
+        if control is not None and control.adaptive and self.args.should_save:  # GRPOTrainer keeps its one, likewise
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            with open(os.path.join(folder, ENTROPY_STATE_NAME), "w") as file:
+                json.dump(control.state_dict(), file)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
             run_dir, state = self._get_output_dir(trial=trial), self.state
             complete_and_rotate(run_dir, state.global_step, save_total_limit, state.best_model_checkpoint)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """Every agent's weights (or adapter) from `agent_{i}/` (`load_team`)."""
+        """Every agent's weights (or adapter) from `agent_{i}/` (`load_team`), and each agent's adaptive entropy
+        coefficient where the checkpoint has them."""
         team = self.accelerator.unwrap_model(model if model is not None else self.model)
         load_team(team, resume_from_checkpoint)
+        path, control = (
+            os.path.join(resume_from_checkpoint, ENTROPY_STATE_NAME),
+            getattr(self, "entropy_control", None),
+        )
+        if control is not None and control.adaptive and os.path.isfile(path):
+            with open(path) as file:
+                control.load_state_dict(json.load(file))

@@ -40,16 +40,6 @@ ACTIVATION_CHECKPOINTING = next(
 
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's two
 
-# GRPOConfig fields that MAGRPOTrainer does not implement: refused when set, with what to do instead.
-UNSUPPORTED_FIELDS = {
-    "entropy_coef": (
-        0.0,
-        "the update runs in chunks (`update_chunk_size`) and TRL's entropy bonus, a mean over the tokens of one call, "
-        "would be weighted like the policy loss",
-    ),
-    "use_adaptive_entropy": (False, "the entropy bonus is not supported yet (see `entropy_coef`)"),
-}
-
 
 @dataclass
 class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
@@ -375,12 +365,6 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         if self.joint_mode not in JOINT_MODES:
             raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
         check_agent_reward_aggregation(self.agent_reward_aggregation, self.num_agents)
-        for name, (default, instead) in UNSUPPORTED_FIELDS.items():
-            if getattr(self, name) != default:
-                raise ValueError(
-                    f"MAGRPOConfig: {name}={getattr(self, name)!r} is not supported by MAGRPOTrainer: {instead}. Leave "
-                    f"it at {default!r}."
-                )
         if self.use_vllm:
             check_vllm_config(self)
         if self.max_prompt_length is not None and self.max_prompt_length < 1:

@@ -28,11 +28,12 @@ from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .timing import Reading, RolloutTimes, UpdateTimes
 from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
+from .update.entropy import TeamEntropyBonus
 from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .update.prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
 
 
-class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, GRPOTrainer):
+class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, TeamEntropyBonus, GRPOTrainer):
     """
     Trainer for MAGRPO: N cooperating agents, one joint reward, multi-turn tree rollouts with feedback between turns.
 
@@ -45,34 +46,30 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
       group-relative returns (`credit`);
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
-      `update_chunk_size` rows per agent, each with its own backward (`chunking`);
+      `update_chunk_size` rows per agent, each with its own backward (`chunking`); `_compute_loss` is TRL's with
+      each agent's entropy bonus (`update.entropy.TeamEntropyBonus`);
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
     - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
     - `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
-    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders and
-      `_load_from_checkpoint` reads them back; `_save_checkpoint` marks a checkpoint complete once every process has
-      written it, before the rotation; `train(resume_from_checkpoint=True)` takes the newest complete one.
+    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, `_load_from_checkpoint`
+      reads them back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest.
 
     The methods not listed here are helpers of this class, not overrides. TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
     Args:
-        agents: models or model ids, one per agent (heterogeneous teams allowed).
-        model, num_agents: alternatively one model (or id) copied `num_agents` times.
+        agents, or model with num_agents: models or ids, one per agent (heterogeneous allowed), or one copied N times.
         tokenizer / processing_class: one tokenizer for every agent, or one per agent.
-        reward_func / reward_funcs: reward callables or models, weighted by `args.reward_weights`. Joint rewards take
-            a list of completions per agent; TRL's (`f(completions, **kwargs)`, `trl.rewards`, model ids) score each
-            agent, combined by `args.agent_reward_aggregation` (see `rewards`).
-        reward_processing_classes, quantization_config: GRPOTrainer's (quantization: agents loaded from ids, CUDA).
+        reward_func / reward_funcs: reward callables or models, weighted by `args.reward_weights`: joint (a list of
+            completions per agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`.
+        reward_processing_classes, quantization_config, rollout_func (refused, with the reason): GRPOTrainer's.
         tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
             agent or per agent; one world per joint trajectory, shared by the agents and copied at each branch.
-        rollout_func: GRPOTrainer's; refused, with the reason (`arguments.REFUSED_GRPO_ARGUMENTS`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
-        **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, `model_config`, `wandb_config`,
-            `eval_logger`, `eval_aggregator`), translated by `compat.comlrl.trainer_arguments`.
+        **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, ...): `compat.comlrl`.
 
     Example:
 
@@ -165,6 +162,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
                 optimizers=optimizers,
             )
         self.beta, self.use_vllm = args.beta, args.use_vllm
+        self._set_up_entropy_bonus(args)  # GRPOTrainer's entropy bonus, per agent (`update.entropy`)
         self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         self.environment.bind(self)
         attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
@@ -335,6 +333,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
             )
             result = logps, entropies, None
         self._ratio_from_loss.observe(result[0])  # in a loss of on-policy rows: their importance-sampling ratio
+        self.loss_entropies = result[1]  # in a loss: for the entropy bonus (`update.entropy`)
         return result
 
     def _get_train_sampler(self, dataset=None):
@@ -387,8 +386,9 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
                     kwargs = {"scale_wrt_gas": False} if self.is_deepspeed_enabled else {}  # as the Trainer's backward
                     self.accelerator.backward(loss, **kwargs)
             earlier = earlier + loss.detach()
-        chunk, weights = chunks[-1]
-        return model(run=partial(self._team_loss, chunk, weights)) + earlier
+        loss = model(run=partial(self._team_loss, *chunks[-1])) + earlier
+        self.log_policy_loss()  # with the entropy bonus, as GRPOTrainer (`update.entropy`)
+        return loss
 
     def _team_loss(self, inputs: list[dict], weights: list[float], team: AgentTeam) -> torch.Tensor:
         loss = 0.0

@@ -59,7 +59,8 @@ def update_chunks(
     forwards.
 
     Returns:
-        ``[(per-agent chunk dicts, per-agent weights), ...]``, one entry per chunk.
+        ``[(per-agent chunk dicts, per-agent weights), ...]``, one entry per chunk. Each chunk dict also holds its
+        weight (`loss_weight`) and its share of its agent's loss tokens (`token_share`), for `update.entropy`.
     """
     if chunk_rows < 1:
         raise ValueError(f"update_chunks: chunk_rows must be >= 1, got {chunk_rows}.")
@@ -72,5 +73,9 @@ def update_chunks(
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         cuts = length_chunks(input_ids, attention_mask, batch["completion_ids"].size(1), chunk_rows, group_prompts)
         chunks = [trim(take_rows(batch, rows)) for rows, _, _ in cuts]
-        per_agent.append([(chunk, chunk_weight(loss_type, chunk, batch)) for chunk in chunks])
+        tokens = max(int(loss_mask(batch).sum()), 1)
+        for chunk in chunks:  # for the entropy bonus and TRL's `policy_loss` (`entropy`)
+            chunk["loss_weight"] = chunk_weight(loss_type, chunk, batch)
+            chunk["token_share"] = int(loss_mask(chunk).sum()) / tokens
+        per_agent.append([(chunk, chunk["loss_weight"]) for chunk in chunks])
     return [tuple(map(list, zip(*chunk, strict=True))) for chunk in zip(*per_agent, strict=True)]
