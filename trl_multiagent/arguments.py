@@ -145,6 +145,7 @@ def load_reward_models(funcs: list, args) -> list:
     """`reward_funcs` with each model id loaded as a sequence-classification reward model (one label), as
     GRPOTrainer loads it; GRPOTrainer then prepares it and its tokenizer (`reward_processing_classes`)."""
     kwargs = {k: v for k, v in (args.model_init_kwargs or {}).items() if k != "quantization_config"}
+    kwargs.setdefault("trust_remote_code", args.trust_remote_code)
     if args.distributed_state.distributed_type != "NO":
         kwargs["device_map"] = None  # as GRPOTrainer: "auto" fails under DDP and DeepSpeed
     return [
@@ -404,7 +405,9 @@ def prepare(
         agents, resolved.model, resolved.num_agents, tokenizer, peft_config, args.trainable_agents, args.num_agents
     )
     check_agent_reward_aggregation(args.agent_reward_aggregation, plan.num_agents)
-    agent_init_kwargs = quantized_model_init_kwargs(quantization_config, args.model_init_kwargs, plan.specs)
+    # as GRPOTrainer: `trust_remote_code` reaches every load, unless `model_init_kwargs` sets it
+    init_kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}
+    agent_init_kwargs = quantized_model_init_kwargs(quantization_config, init_kwargs, plan.specs)
     if args.use_vllm:
         check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
     worlds = Worlds(environment_factory, plan.num_agents) if environment_factory is not None else None
@@ -424,7 +427,7 @@ def prepare(
         worlds.reward_funcs if worlds is not None else None,
         has_worlds=worlds is not None,
     )
-    tokenizers = load_tokenizers(plan)
+    tokenizers = load_tokenizers(plan, args.trust_remote_code)
     resolved.add_special_tokens(tokenizers)
     tool_calling = None
     if not tools and worlds is None and args.max_tool_calling_iterations is not None:

@@ -80,12 +80,12 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
     )
 
 
-def load_tokenizers(plan: TeamPlan) -> list:
+def load_tokenizers(plan: TeamPlan, trust_remote_code: bool = False) -> list:
     """Each agent's tokenizer: the ones given, else its model's own, loaded before the (much larger) models."""
     if plan.tokenizers is not None:
         return plan.tokenizers
     owners = [0 if plan.shared_base else i for i in range(plan.num_agents)]
-    return [_tokenizer(plan.specs[o], plan.labels[o]) for o in owners]
+    return [_tokenizer(plan.specs[o], plan.labels[o], trust_remote_code) for o in owners]
 
 
 def build_team(
@@ -303,13 +303,14 @@ def _from_pretrained(load, source: str, what: str, fix: str = ""):
         raise kind(f"MAGRPOTrainer: {what} could not be loaded: {err}{fix}") from err
 
 
-def _tokenizer(spec, label: str):
+def _tokenizer(spec, label: str, trust_remote_code: bool):
+    load = partial(AutoTokenizer.from_pretrained, trust_remote_code=trust_remote_code)
     if isinstance(spec, str):
-        return _from_pretrained(AutoTokenizer.from_pretrained, spec, f"the tokenizer of {label} = {spec!r}")
+        return _from_pretrained(load, spec, f"the tokenizer of {label} = {spec!r}")
     model = spec.model if isinstance(spec, _Copy) else spec
     source = getattr(model.config, "_name_or_path", "") if hasattr(model, "config") else ""
     where = f"the tokenizer of {label} (a model in memory, whose config names {source!r})"
-    return _from_pretrained(AutoTokenizer.from_pretrained, source, where, fix=" Pass `tokenizer=`.")
+    return _from_pretrained(load, source, where, fix=" Pass `tokenizer=`.")
 
 
 def _load_agent(spec, label: str, model_init_kwargs: dict | None) -> torch.nn.Module:
