@@ -87,3 +87,27 @@ def test_without_trust_remote_code_a_remote_code_agent_is_not_run(tmp_path, toke
             agents=[remote, remote], reward_funcs=length_ratio_reward,
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
         )  # fmt: skip
+
+
+def test_every_reward_returning_none_gives_trls_warning(tmp_path, tokenizer, caplog):
+    def skip_long(completions_0, completions_1):  # scores nothing: every answer is "too long"
+        return [None] * len(completions_0)
+
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer), make_model(tokenizer)], tokenizer=tokenizer, reward_funcs=skip_long,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    assert "All reward functions returned None for the following kwargs:" in caplog.text
+    assert "Please ensure that at least one reward function returns a valid reward." in caplog.text
+
+
+def test_missing_reward_and_dataset_errors_carry_trls_words(tmp_path, tokenizer):
+    model, data = make_model(tokenizer), Dataset.from_dict({"prompt": SEED_PROMPTS})
+    with pytest.raises(ValueError, match="MAGRPOTrainer: No reward source provided. Pass `reward_func=`"):
+        MAGRPOTrainer(model=model, num_agents=2, tokenizer=tokenizer, train_dataset=data, args=args(tmp_path))
+    with pytest.raises(ValueError, match="`train_dataset` is required unless an `environment_factory` is provided"):
+        MAGRPOTrainer(
+            model=model, num_agents=2, tokenizer=tokenizer, reward_func=length_ratio_reward, args=args(tmp_path)
+        )

@@ -316,7 +316,7 @@ def placeholder_dataset(args, worlds) -> Dataset:
     empty chat prompts, one generation's worth, drive the loop; each root's `reset` writes its task."""
     if worlds.routed:
         raise ValueError(
-            "MAGRPOTrainer: a dict `environment_factory` (several environments) needs a `train_dataset` with an "
+            "MAGRPOTrainer: a dict `environment_factory` (several environments) requires a `train_dataset` with an "
             "'environment' column to route each row to its environment, as in TRL. Pass one, or a single factory."
         )
     if args.max_steps <= 0:
@@ -414,6 +414,11 @@ def prepare(
     check_joint_mode_for_worlds(args, worlds)
     if train_dataset is None and worlds is not None:
         train_dataset = placeholder_dataset(args, worlds)
+    if train_dataset is None:
+        raise ValueError(
+            "MAGRPOTrainer: `train_dataset` is required unless an `environment_factory` is provided (its `reset` then "
+            "writes each prompt, and `max_steps` sets the length)."
+        )
     functions = user_functions(
         args,
         plan.num_agents,

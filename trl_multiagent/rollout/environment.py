@@ -141,6 +141,7 @@ class TeamEnvironment:
                     for i in range(self.num_agents)
                 ]
             rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
+            warn_unscored(per_func, rows, nodes, answers, turn)
             if self.joint_reward.normalize_then_sum:  # what credit learns from; `reward` stays on the user's scale
                 normalized = self.joint_reward.normalized_sum(per_func, [a.node for a in actions])
                 for action, value in zip(actions, normalized, strict=True):
@@ -278,6 +279,19 @@ def _placeholder_call(function: str):
         else:
             logger.error(note)
         raise
+
+
+def warn_unscored(per_func: list, rows: list[dict], nodes: list, answers: list, turn: int) -> None:
+    """TRL's warning when every reward function returned None for a joint answer (its reward counts as 0 here)."""
+    unscored = [j for j in range(len(answers)) if per_func and all(values[j] is None for values in per_func)]
+    if unscored:
+        j = unscored[0]
+        logger.warning(
+            f"All reward functions returned None for the following kwargs:\n{{'row': {_short_row(rows[nodes[j].row])}, "
+            f"'turn': {turn}, 'prompts': {nodes[j].prompts!r}, 'completions': {answers[j]!r}}}\nPlease ensure that at "
+            f"least one reward function returns a valid reward. ({len(unscored)} joint answer(s) of turn {turn}; "
+            "MAGRPOTrainer gives each a joint reward of 0.)"
+        )
 
 
 def _short_row(row: dict, limit: int = 120) -> str:

@@ -248,7 +248,10 @@ class JointReward:
         self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
         self.agent_aggregation = agent_aggregation
         if not self.funcs:
-            raise ValueError("MAGRPOTrainer needs a joint reward: pass `reward_func=` (or `reward_funcs=`).")
+            raise ValueError(
+                "MAGRPOTrainer: No reward source provided. Pass `reward_func=` (or `reward_funcs=`), or an "
+                "`environment_factory` whose environment defines a `get_reward` method."
+            )
         self.weights = [1.0] * len(self.funcs) if weights is None else [float(w) for w in weights]
         if len(self.weights) != len(self.funcs):
             raise ValueError(
