@@ -491,7 +491,10 @@ def chat_data():
         ({"tools": [[print]]}, r"`tools` holds 1 lists for 2 agents"),
         ({"tools": [print, [print]]}, r"`tools` mixes functions and lists"),
         ({"tools": ["search"]}, r"tools of agent 0: 'search' is not a function"),
-        ({"environment_factory": {"a": Counter}, "train_dataset": None}, r"a dict `environment_factory`.*requires a `train_dataset`"),
+        (
+            {"environment_factory": {"a": Counter}, "train_dataset": None},
+            r"a dict `environment_factory`.*requires a `train_dataset`",
+        ),
         ({"environment_factory": Counter, "train_dataset": None}, r"without a `train_dataset`.*max_steps=\.\.\."),
         ({"environment_factory": 3}, r"environment_factory must be a class or callable making an environment, got 3"),
     ],
