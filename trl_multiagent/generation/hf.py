@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from transformers import GenerationConfig, StopStringCriteria
@@ -95,14 +96,14 @@ class TransformersGenerator(Generator):
                 and prefill_applies(generation_config, acting_model)
                 and not (self.zero3 and not self.args.ds3_gather_for_generation)
             )
-            completions = []
+            completions, generate = [], partial(self._generate, acting_model, team.generate, agent)
             for call in calls[:real_calls]:
-                completions += self._generate(acting_model, agent, call, num_generations, generation_config, shared)
+                completions += generate(call, num_generations, generation_config, shared)
             device = self.accelerator.device
             # the padding calls leave the random state alone: what this process samples does not depend on the others
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 for call in calls[real_calls:]:
-                    self._generate(acting_model, agent, call, num_generations, generation_config, shared)
+                    generate(call, num_generations, generation_config, shared)
         return completions, None
 
     def _calls(self, agent: int, prompt_ids: list[list[int]], num_generations: int) -> tuple[list, int]:
@@ -122,7 +123,10 @@ class TransformersGenerator(Generator):
             calls += [[[self.tokenizers[agent].pad_token_id]]] * (most - real_calls)
         return calls, real_calls
 
-    def _generate(self, model, agent, prompt_ids, num_generations, generation_config, shared) -> list[list[int]]:
+    def _generate(
+        self, model, team_generate, agent, prompt_ids, num_generations, generation_config, shared
+    ) -> list[list[int]]:
+        """K completions of each prompt by `model` (the acting agent), through `team_generate` (`AgentTeam.generate`)."""
         if self.continuous_batching is not None:
             return self._generate_batch(model, agent, prompt_ids, num_generations, generation_config)
         pad_id = self.tokenizers[agent].pad_token_id
@@ -135,7 +139,7 @@ class TransformersGenerator(Generator):
         # `generation_kwargs={"stop_strings": [...]}` (a GenerationConfig field) needs the tokenizer at `generate`,
         # which GRPOTrainer does not pass, so there it fails; here it stops a completion after the string.
         stops = generation_config.stop_strings is not None
-        output = model.generate(
+        output = team_generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
             cache=cache,

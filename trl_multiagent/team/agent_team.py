@@ -15,6 +15,7 @@ Two layouts:
 from __future__ import annotations
 
 import contextlib
+import os
 from contextlib import contextmanager
 
 from torch import nn
@@ -153,6 +154,35 @@ class AgentTeam(nn.Module):
         if run is not None:
             return run(self)
         return self.agent(self.active)(*args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        """The acting agent's `generate` (`acting`): `trainer.model.generate`, as on GRPOTrainer's model. The
+        transformers backend generates through it, so a `generate` patched on the team (as TRL's tests patch
+        `trainer.model.generate`) is the one that runs."""
+        return self.agent(self.active).generate(*args, **kwargs)
+
+    @property
+    def peft_config(self) -> dict:
+        """The PEFT configs of the agents' adapters, by adapter name (PeftModel's `peft_config`): `{"default": ...}`
+        for one adapter agent, one entry per agent (`agent_{i}`) on a shared base. No attribute without adapters."""
+        configs = {}
+        for agent in self.agents:
+            configs.update(getattr(agent, "peft_config", {}))
+        if not configs:
+            raise AttributeError("AgentTeam.peft_config: no agent of this team is a PEFT model.")
+        return configs
+
+    def save_pretrained(self, save_directory: str, **kwargs) -> None:
+        """One agent: its own `save_pretrained` into `save_directory`, as GRPOTrainer's model; several:
+        `save_directory/agent_{i}/` each (the layout of `trainer.save_model`; a shared base writes each adapter)."""
+        if self.num_agents == 1:
+            self.agent(0).save_pretrained(save_directory, **kwargs)
+            return
+        for i in range(self.num_agents):
+            if self.is_shared_base:  # PEFT writes a named adapter into `<dir>/<name>/`
+                self.agents[0].save_pretrained(save_directory, selected_adapters=[self.adapter_names[i]], **kwargs)
+            else:
+                self.agents[i].save_pretrained(os.path.join(save_directory, f"agent_{i}"), **kwargs)
 
     # What Trainer and GRPOTrainer read from "the model". `config` and `generation_config` are the first agent's: they
     # only serve code that expects one (model card, DeepSpeed bucket sizes); per-agent settings are read from each agent.

@@ -1,0 +1,68 @@
+"""`trainer.model` as TRL code uses it: `generate` (patched, as TRL's tests patch it, it is the one that runs),
+`peft_config`, `save_pretrained`; `trainer.team.agent(i)` reaches agent i."""
+
+from unittest.mock import patch
+
+import torch
+from conftest import SEED_PROMPTS
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model
+
+
+def args(tmp_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "run"), num_generations=2, per_device_train_batch_size=4, max_new_tokens=4,
+        max_steps=1, report_to="none", save_strategy="no", logging_steps=1,
+    )  # fmt: skip
+    return MAGRPOConfig(**{**values, **overrides})
+
+
+def test_a_patched_generate_on_trainer_model_is_the_one_that_runs(tmp_path, tokenizer):
+    seen = []
+
+    def answer_is(completions, **kwargs):  # TRL's convention: one agent's completions
+        seen.extend(completions)
+        return [float(c == "ok") for c in completions]
+
+    ok = tokenizer("ok", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+    def fake_generate(input_ids, **kwargs):
+        return torch.cat([input_ids, torch.tensor([ok] * input_ids.size(0))], dim=-1)
+
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer)], tokenizer=tokenizer, reward_funcs=answer_is,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        args=args(tmp_path, check_functions_before_training=False),  # no placeholder answers in `seen`
+    )  # fmt: skip
+    with patch.object(trainer.model, "generate", side_effect=fake_generate) as generate:
+        trainer.train()
+    assert generate.call_count == 1 and seen == ["ok"] * 4  # 2 prompts x K=2, all from the patched generate
+    assert trainer.state.log_history[0]["reward"] == 1.0
+
+
+def test_peft_config_and_save_pretrained_of_one_adapter_agent_are_the_agents(tmp_path, tokenizer):
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer)], tokenizer=tokenizer, peft_config=lora, reward_funcs=lambda c, **k: [0.0] * len(c),
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
+    )  # fmt: skip
+    agent = trainer.team.agent(0)
+    assert trainer.model.peft_config == agent.peft_config and set(trainer.model.peft_config) == {"default"}
+    trainer.model.save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / "adapter_config.json").exists()  # the folder a GRPOTrainer's model would write
+
+
+def test_save_pretrained_of_a_team_writes_each_agent(tmp_path, tokenizer):
+    agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
+    trainer = MAGRPOTrainer(
+        agents=agents, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
+    )  # fmt: skip
+    trainer.model.save_pretrained(tmp_path / "saved")
+    for i in range(2):
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved" / f"agent_{i}")
+        torch.testing.assert_close(loaded.lm_head.weight, trainer.team.agent(i).lm_head.weight)
