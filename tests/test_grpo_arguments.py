@@ -111,3 +111,15 @@ def test_missing_reward_and_dataset_errors_carry_trls_words(tmp_path, tokenizer)
         MAGRPOTrainer(
             model=model, num_agents=2, tokenizer=tokenizer, reward_func=length_ratio_reward, args=args(tmp_path)
         )
+
+
+def test_an_adapter_on_lm_head_is_refused_as_grpo_trainer_refuses_it(tmp_path, tokenizer):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, target_modules=["q_proj", "lm_head"], task_type="CAUSAL_LM")
+    with pytest.raises(ValueError, match=r"agent 0: Applying a PEFT adapter to `lm_head` is not supported"):
+        MAGRPOTrainer(
+            model=make_model(tokenizer, tied=False), num_agents=2, tokenizer=tokenizer, peft_config=lora,
+            reward_func=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+            args=args(tmp_path),
+        )  # fmt: skip

@@ -114,6 +114,13 @@ def fused_heads_on_agents(team: AgentTeam, temperature: float, cast_lm_head_to_f
     model's."""
     del team.forward  # GRPOTrainer's patch on the container (an instance attribute; under contract)
     for i, agent in enumerate(team.agents):
+        if is_peft_available() and isinstance(agent.get_output_embeddings(), BaseTunerLayer):
+            # GRPOTrainer's check, which sees only the container: the log-probs read `lm_head.weight` directly
+            raise ValueError(
+                f"MAGRPOTrainer: agent {i}: Applying a PEFT adapter to `lm_head` is not supported: the log-probabilities "
+                "are computed from `lm_head.weight` directly, so the adapter would never be trained. Remove "
+                "`'lm_head'` from your `target_modules`."
+            )
         if cast_lm_head_to_fp32:
             cast_lm_head_to_float32(_base(agent), f"agent {i}")
     add_fused_heads(team, temperature, cast_lm_head_to_fp32)
