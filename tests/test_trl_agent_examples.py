@@ -114,6 +114,38 @@ def test_the_environment_example_with_a_dataset_and_a_reward_func(model_id, tmp_
     assert "turn_1/rewards/format_reward/mean" in log and "turn_1/rewards/IncrementEnv/mean" in log
 
 
+def test_trls_environment_reward_reaches_the_joint_reward_under_reward_weights(model_id, tmp_path):
+    """TRL's OpenEnv scripts score with `def reward_func(environments, **kwargs)`: no completions, each joint action's
+    world. Its values are the team's reward column, under its weight."""
+
+    class ScoredEnv:
+        def reset(self, target, **kwargs) -> None:
+            self.reward = float(target)  # the world's own score, as an OpenEnv client's last step result
+
+        def increment(self, step: int) -> int:
+            """Increment the internal counter.
+
+            Args:
+                step: Value to add to the counter.
+            """
+            return step
+
+    def reward_score(environments, **kwargs):
+        return [env.reward for env in environments]
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 4, "target": [3, 3, 5, 5]})
+    trainer = MAGRPOTrainer(
+        model=model_id, num_agents=2, train_dataset=dataset, reward_funcs=reward_score,
+        environment_factory=ScoredEnv,
+        args=small(tmp_path, num_generations=2, per_device_train_batch_size=8, shuffle_dataset=False,
+                   reward_weights=[0.5]),
+    )  # fmt: skip
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["turn_1/rewards/reward_score/mean"] == pytest.approx(4.0)  # rows 3, 3, 5, 5: 2 joint actions each
+    assert log["reward"] == pytest.approx(0.5 * 4.0)
+
+
 class CodingEnv:
     def reset(self, **kwargs) -> str:
         n = random.randint(1, 20)
