@@ -12,7 +12,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 
 
@@ -144,6 +144,48 @@ def test_trls_environment_reward_reaches_the_joint_reward_under_reward_weights(m
     log = trainer.state.log_history[0]
     assert log["turn_1/rewards/reward_score/mean"] == pytest.approx(4.0)  # rows 3, 3, 5, 5: 2 joint actions each
     assert log["reward"] == pytest.approx(0.5 * 4.0)
+
+
+def test_an_environments_reward_gets_weight_1_after_reward_weights_as_in_trl(model_id, tmp_path):
+    """TRL: `reward_weights` covers `reward_funcs`, and each `get_reward` column gets weight 1 after them."""
+
+    class TargetEnv:
+        def reset(self, target, **kwargs) -> None:
+            self.target = float(target)
+
+        def get_reward(self) -> float:
+            return self.target
+
+        def increment(self, step: int) -> int:
+            """Increment the internal counter.
+
+            Args:
+                step: Value to add to the counter.
+            """
+            return step
+
+    def one(environments, **kwargs):
+        return [1.0] * len(environments)
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 4, "target": [3, 3, 5, 5]})
+
+    def build(weights, name):
+        return MAGRPOTrainer(
+            model=model_id, num_agents=2, train_dataset=dataset, reward_funcs=[joint(one)],
+            environment_factory=TargetEnv,
+            args=small(tmp_path / name, num_generations=2, per_device_train_batch_size=8, shuffle_dataset=False,
+                       reward_weights=weights),
+        )  # fmt: skip
+
+    trainer = build([0.5], "trl")
+    assert trainer.args.reward_weights == [0.5] and trainer.reward_weights.tolist() == [0.5, 1.0]
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["turn_1/rewards/TargetEnv/mean"] == pytest.approx(4.0)
+    assert log["reward"] == pytest.approx(0.5 * 1.0 + 1.0 * 4.0)
+    assert build([0.5, 2.0], "both").reward_weights.tolist() == [0.5, 2.0]  # one weight more sets the column's
+    with pytest.raises(ValueError, match=r"reward_weights has 3 weights.*\['one'\].*\['TargetEnv'\].*Give 1.*or 2"):
+        build([0.5, 2.0, 1.0], "three")
 
 
 class CodingEnv:

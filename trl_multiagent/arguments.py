@@ -23,7 +23,7 @@ from .diagnostics import LearningSignalCallback, say_early_termination
 from .generation.vllm_settings import check_vllm_team
 from .rollout.callables import Transition, _short, callable_name, check_prompt
 from .rollout.environment import EMPTY_CHAT, TeamEnvironment
-from .rollout.rewards import JointReward, check_agent_reward_aggregation, each_agent
+from .rollout.rewards import JointReward, check_agent_reward_aggregation, each_agent, resolve_weights, reward_name
 from .rollout.tools import ToolCalling
 from .rollout.worlds import Worlds
 from .team.assembly import TeamPlan, load_tokenizers, plan_team
@@ -89,8 +89,11 @@ def check_agent_learning_rates(args, optimizers) -> None:
 
 
 @contextlib.contextmanager
-def grpo_trainer_settings(args):
+def grpo_trainer_settings(args, reward_weights: list[float]):
     """The config as `GRPOTrainer.__init__` must see it, restored afterwards (the trainer reads the real values):
+
+    - `reward_weights`: one per reward function handed to GRPOTrainer, the environments' `get_reward` columns
+      included (`rewards.resolve_weights`); TRL appends those columns' weights itself only for its own environments;
 
     - `beta=0.0`: GRPOTrainer would build one reference model from a hub id; each agent's reference is built by
       `MAGRPOTrainer` instead (a frozen copy, or the adapter's base);
@@ -100,12 +103,12 @@ def grpo_trainer_settings(args):
     - `model_init_kwargs=None`: the agents are already loaded (`build_team` used it); GRPOTrainer would warn that it
       is ignored.
     """
-    saved = args.beta, args.use_vllm, args.model_init_kwargs
-    args.beta, args.use_vllm, args.model_init_kwargs = 0.0, False, None
+    saved = args.beta, args.use_vllm, args.model_init_kwargs, args.reward_weights
+    args.beta, args.use_vllm, args.model_init_kwargs, args.reward_weights = 0.0, False, None, list(reward_weights)
     try:
         yield
     finally:
-        args.beta, args.use_vllm, args.model_init_kwargs = saved
+        args.beta, args.use_vllm, args.model_init_kwargs, args.reward_weights = saved
 
 
 def quantized_model_init_kwargs(quantization_config, model_init_kwargs: dict | None, specs: list) -> dict | None:
@@ -213,14 +216,12 @@ def user_functions(
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
-    after the user's functions (weight 1 unless `reward_weights` gives one for them too, as in TRL)."""
+    after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`)."""
     if reward_func is not None and reward_funcs is not None:
         raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
     funcs = reward_funcs if reward_funcs is not None else reward_func
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
-    weights = args.reward_weights
-    if world_rewards and weights is not None and len(weights) == len(funcs):
-        weights = [*weights, *[1.0] * len(world_rewards)]  # TRL's weight for an environment's reward
+    weights = resolve_weights(args.reward_weights, [reward_name(f) for f in funcs], world_rewards or [])
     funcs += [each_agent(f) if f.per_agent_reward else f for f in world_rewards or []]
     columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]

@@ -152,7 +152,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
-        with arguments.grpo_trainer_settings(args):
+        with arguments.grpo_trainer_settings(args, self.environment.joint_reward.weights):
             super().__init__(
                 model=self.team,
                 reward_funcs=reward_funcs,

@@ -243,6 +243,31 @@ def reward_name(func) -> str:
     return callable_name(func)
 
 
+def resolve_weights(weights: Sequence[float] | None, names: list[str], world_rewards: list) -> list[float] | None:
+    """`reward_weights` for the reward functions (`names`) followed by the environments' `get_reward` columns. TRL's
+    rule: `reward_weights` covers the reward functions and each column gets weight 1 after them; a team may also give
+    one weight more per column to set it. None: every weight 1.
+
+    >>> resolve_weights([0.5], ["format"], [lambda: 0])
+    [0.5, 1.0]
+    >>> resolve_weights([0.5, 2.0], ["format"], [lambda: 0])
+    [0.5, 2.0]
+    """
+    if weights is None or not world_rewards:
+        return None if weights is None else list(weights)
+    columns = [callable_name(f) for f in world_rewards]
+    if len(weights) == len(names):
+        return [*weights, *[1.0] * len(world_rewards)]  # TRL's weight for an environment's reward
+    if len(weights) == len(names) + len(world_rewards):
+        return list(weights)
+    raise ValueError(
+        f"MAGRPOConfig: reward_weights has {len(weights)} weights ({list(weights)}) for the {len(names)} reward "
+        f"functions {names} and the environments' get_reward columns {columns}. Give {len(names)} (one per reward "
+        f"function; each column then gets weight 1, as in TRL) or {len(names) + len(world_rewards)} (the columns' "
+        "weights last)."
+    )
+
+
 class JointReward:
     """The weighted sum of the team's reward functions, each called by its convention (see the module docstring)."""
 
