@@ -5,11 +5,12 @@ completion's text depends on its index among the K samples of a prompt, and a co
 result it reads. Everything else is real: TRL's chat template, `parse_response`, `_get_tool_suffix_ids`, loss.
 """
 
+import asyncio
 import re
 
 import pytest
 import torch
-from conftest import assert_same_sgd_step
+from conftest import EVENT_LOOPS, assert_same_sgd_step, under_event_loop
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
@@ -278,3 +279,39 @@ def test_stop_strings_end_a_completion_on_the_transformers_backend(tmp_path):
     expected = next(free[:n] for n in range(1, len(free) + 1) if tokenizer.decode(prompt + free[:n]).endswith(stop))
     assert len(expected) < len(free)
     assert greedy_completion(generation_kwargs={"stop_strings": [stop]})[1] == expected
+
+
+async def async_add(a: int, b: int) -> int:
+    """TRL's documented async tool.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    await asyncio.sleep(0)
+    return a + b
+
+
+def call_async_add_once() -> tuple[list[list[int]], list[list[int]]]:
+    """TRL's tool loop over one completion that calls `async_add(a=40, b=2)`: what the continuation was asked for (the
+    tool result's tokens: here the result itself), and the completion's ids."""
+    call = {"type": "function", "function": {"name": "async_add", "arguments": {"a": 40, "b": 2}}}
+    asked = []
+
+    def more(ids):
+        asked.extend(ids)
+        return [[9]] * len(ids), None
+
+    results = tool_loop(
+        [[1]], [[5]], None, [{"async_add": async_add}], parse=lambda c, ids, prefix: {"tool_calls": [call]} if ids == [5] else {},
+        suffix_ids=lambda messages: [int(m["content"]) for m in messages], generate_more=more, max_iterations=1,
+        max_completion_length=8,
+    )  # fmt: skip
+    return asked, results.completion_ids
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_an_async_tools_result_reaches_the_agents_next_prompt(loop):
+    asked, completion_ids = under_event_loop(loop, call_async_add_once)
+    assert asked == [[1, 5, 42]]  # prompt, the call, async_add(40, 2)'s result: the continuation's prompt
+    assert completion_ids == [[5, 42, 9]]

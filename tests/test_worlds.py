@@ -4,9 +4,11 @@ The rollout's `generate` is a fake that calls each completion's tool on the worl
 every world saw.
 """
 
+import asyncio
 import threading
 
 import pytest
+from conftest import EVENT_LOOPS, under_event_loop
 
 from trl_multiagent.rollout import Generation, run_rollout
 from trl_multiagent.rollout.rewards import JointReward
@@ -115,6 +117,27 @@ def test_get_reward_enters_the_joint_reward_under_reward_weights():
     total, per_func, _ = reward([["ab", "c"], ["d", ""]], 1, {"environments": [a, b]})
     assert per_func == [[3.0, 1.0], [2.0, 7.0]]
     assert total == [0.5 * 3.0 + 3.0 * 2.0, 0.5 * 1.0 + 3.0 * 7.0]
+
+
+class AsyncCounter(Counter):
+    async def get_reward(self) -> float:  # an LLM judge, say: TRL allows it async
+        await asyncio.sleep(0)
+        return float(self.total)
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_async_get_reward_and_async_rewards_run_under_any_event_loop(loop):
+    worlds = Worlds(AsyncCounter, num_agents=2)
+    a, _ = worlds.start({"start": 2}, ["p", "p"])
+    b, _ = worlds.start({"start": 7}, ["p", "p"])
+
+    async def judge(environments, **kwargs):
+        await asyncio.sleep(0)
+        return [env.total * 10.0 for env in environments]
+
+    reward = JointReward([judge, *worlds.reward_funcs], [1.0, 0.5], num_agents=2)
+    total, per_func, _ = under_event_loop(loop, lambda: reward([["x", "y"], ["z", "w"]], 1, {"environments": [a, b]}))
+    assert per_func == [[20.0, 70.0], [2.0, 7.0]] and total == [21.0, 73.5]
 
 
 class Locked(Counter):

@@ -135,7 +135,7 @@ def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list
             results.append((name, err))
     pending = [i for i, (_, value) in enumerate(results) if inspect.isawaitable(value)]
     if pending:
-        done = _run(asyncio.gather(*(results[i][1] for i in pending), return_exceptions=True))
+        done = _run(_together([results[i][1] for i in pending]))
         for i, value in zip(pending, done, strict=True):
             results[i] = (results[i][0], value)
     messages, failures = [], 0
@@ -146,6 +146,13 @@ def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list
         content = value if isinstance(value, list) else str(value)
         messages.append({"role": "tool", "name": name, "content": content})
     return messages, failures
+
+
+async def _together(awaitables: list) -> list:
+    """The awaitables' values (or exceptions), run concurrently. `asyncio.gather` is called here, inside the loop that
+    runs it (`callables._run`'s): made on the calling thread it would attach to that thread's current or running loop,
+    and the loop awaiting it would refuse it ("attached to a different loop")."""
+    return await asyncio.gather(*awaitables, return_exceptions=True)
 
 
 def tool_loop(
