@@ -11,7 +11,8 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
-    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "rollout.worlds", "flags"],
+    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "flags"]
+    + ["rollout.calls", "rollout.pool", "rollout.forks", "rollout.worlds"],  # environments: plain Python
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],

@@ -7,6 +7,7 @@ these check that the scripts run and that their parts (reset, tools, get_reward,
 """
 
 import random
+import threading
 
 import pytest
 import torch
@@ -186,6 +187,63 @@ def test_an_environments_reward_gets_weight_1_after_reward_weights_as_in_trl(mod
     assert build([0.5, 2.0], "both").reward_weights.tolist() == [0.5, 2.0]  # one weight more sets the column's
     with pytest.raises(ValueError, match=r"reward_weights has 3 weights.*\['one'\].*\['TargetEnv'\].*Give 1.*or 2"):
         build([0.5, 2.0, 1.0], "three")
+
+
+class ConnectedEnv:
+    """Holds a connection (a lock here), as an OpenEnv client does: it cannot be copied, and it must be closed."""
+
+    made: list = []
+
+    def __init__(self):
+        self.connection, self.closes, self.resets = threading.Lock(), 0, 0
+        ConnectedEnv.made.append(self)
+
+    def reset(self, **kwargs) -> str:
+        self.counter, self.resets = 0, self.resets + 1
+        return "Increment the counter."
+
+    def increment(self, step: int) -> int:
+        """Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+        """
+        self.counter += step
+        return self.counter
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def test_environments_are_pooled_checked_on_their_own_worlds_and_closed_once(model_id, tmp_path):
+    ConnectedEnv.made = []
+    seen, fail_at = [], [None]
+
+    def reward_func(environments, **kwargs):
+        seen.append([id(env) for env in environments])
+        if len(seen) == fail_at[0]:
+            raise RuntimeError("the judge is down")
+        return [float(env.counter) for env in environments]
+
+    def build(name, **kwargs):
+        return MAGRPOTrainer(
+            model=model_id, num_agents=2, environment_factory=ConnectedEnv, reward_funcs=reward_func,
+            args=small(tmp_path / name, num_generations=2, per_device_train_batch_size=4, **kwargs),
+        )  # fmt: skip
+
+    trainer = build("ends")
+    # the build-time check: its 2 joint actions got 2 worlds (the probe and one more), each reset with the row
+    assert len(set(seen[0])) == 2 and len(ConnectedEnv.made) == 2 and [e.resets for e in ConnectedEnv.made] == [1, 1]
+    trainer.train()
+    # 2 rows x 2 joint actions per step: 4 distinct worlds, made once and reset in each of the 2 steps
+    assert [len(set(ids)) for ids in seen[1:]] == [4, 4] and set(seen[1]) == set(seen[2])
+    assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
+    assert [e.resets for e in ConnectedEnv.made] == [3, 3, 2, 2]
+    ConnectedEnv.made, seen[:], fail_at[0] = [], [], 2
+    failing = build("fails")
+    with pytest.raises(RuntimeError, match="the judge is down"):
+        failing.train()  # the first step's reward (after the build-time call) fails
+    assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
 
 
 class CodingEnv:
