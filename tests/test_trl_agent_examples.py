@@ -246,6 +246,53 @@ def test_environments_are_pooled_checked_on_their_own_worlds_and_closed_once(mod
     assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
 
 
+class Routed:
+    """Reads a column in `reset`, routed by the `environment` column: what `remove_unused_columns=True` strips in TRL."""
+
+    seen: list = []
+
+    def reset(self, target, **kwargs) -> None:
+        self.target = float(target)
+        Routed.seen.append(target)
+
+    def get_reward(self) -> float:
+        return self.target
+
+    def increment(self, step: int) -> int:
+        """Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+        """
+        return step
+
+
+def test_columns_survive_remove_unused_columns_and_a_partial_last_batch_evaluates(model_id, tmp_path, caplog):
+    def rows(targets):
+        return Dataset.from_dict(
+            {"prompt": [[{"role": "user", "content": "Count."}]] * len(targets), "target": targets,
+             "environment": ["counter"] * len(targets)}
+        )  # fmt: skip
+
+    Routed.seen = []
+    trainer = MAGRPOTrainer(
+        model=model_id, num_agents=2, train_dataset=rows([1, 2, 3, 4]), eval_dataset=rows([10, 20, 30]),
+        environment_factory={"counter": Routed},
+        # eval: 2 rows per batch, so 3 rows end in a batch of 1 (TRL #6129); TRL's remove_unused_columns would drop
+        # 'target' and 'environment'
+        args=small(tmp_path, num_generations=2, per_device_train_batch_size=4, remove_unused_columns=True,
+                   per_device_eval_batch_size=4, num_generations_eval=2, shuffle_dataset=False),
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    assert "remove_unused_columns=True is ignored" in caplog.text
+    log = trainer.state.log_history[0]
+    assert log["turn_1/rewards/Routed/mean"] == pytest.approx(1.5)  # rows 1 and 2, from their 'target'
+    Routed.seen = []
+    metrics = trainer.evaluate()
+    assert sorted(set(Routed.seen)) == [10, 20, 30] and metrics["eval_turn_1/rewards/Routed/mean"] > 0
+
+
 class CodingEnv:
     def reset(self, **kwargs) -> str:
         n = random.randint(1, 20)

@@ -182,6 +182,18 @@ def test_a_reset_whose_observation_differs_between_joint_actions_is_an_error():
         Worlds(Unseeded, num_agents=2).start({"start": 0}, ["p", "p"], 2)
 
 
+class Unreachable(Counter):
+    def reset(self, **row):
+        raise ConnectionError("the server is gone")
+
+
+def test_a_reset_that_raises_names_the_environment_and_the_row():
+    with pytest.raises(RuntimeError, match=r"Unreachable.reset\(\*\*row\) raised ConnectionError: the server is gone, on "
+                       r"the row \{'prompt': 'p', 'start': 3\}") as caught:  # fmt: skip
+        grow(Worlds(Unreachable, num_agents=2), [{"prompt": "p", "start": 3}], num_turns=1)
+    assert isinstance(caught.value.__cause__, ConnectionError)
+
+
 class Quiet(Counter):
     def reset(self, **row):
         super().reset(**row)

@@ -393,7 +393,11 @@ def prepare(
     agent_init_kwargs = quantized_model_init_kwargs(quantization_config, args.model_init_kwargs, plan.specs)
     if args.use_vllm:
         check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
-    worlds = Worlds(environment_factory, plan.num_agents) if environment_factory is not None else None
+    worlds = (
+        Worlds(environment_factory, plan.num_agents, args.tool_call_timeout)
+        if environment_factory is not None
+        else None
+    )
     with closed_on_error(worlds):  # an environment's instances (its probe, the check's) close if the build fails
         check_joint_mode_for_worlds(args, worlds)
         if train_dataset is None and worlds is not None:
@@ -414,11 +418,12 @@ def prepare(
         tokenizers = load_tokenizers(plan)
         resolved.add_special_tokens(tokenizers)
         tool_calling = None
-        if not tools and worlds is None and args.max_tool_calling_iterations is not None:
-            logger.warning_once(
-                f"MAGRPOTrainer: max_tool_calling_iterations={args.max_tool_calling_iterations} has no effect: no agent "
-                "has tools. Pass `tools=` or `environment_factory=` (docs: Agents that act)."
-            )
+        for name in ("max_tool_calling_iterations", "tool_call_timeout"):
+            if not tools and worlds is None and getattr(args, name) is not None:
+                logger.warning_once(
+                    f"MAGRPOTrainer: {name}={getattr(args, name)} has no effect: no agent has tools. Pass `tools=` or "
+                    "`environment_factory=` (docs: Agents that act)."
+                )
         if tools or worlds is not None:  # as TRL, `tools=[]` is no tools
             tool_calling = ToolCalling(
                 tools,
@@ -427,6 +432,7 @@ def prepare(
                 max_iterations=args.max_tool_calling_iterations,
                 max_completion_length=args.max_completion_length,
                 chat_template_kwargs=args.chat_template_kwargs,
+                timeout=args.tool_call_timeout,
             )
         later_turn_format = resolved.later_turn_formatter(functions.formatters)
         environment = TeamEnvironment(

@@ -10,6 +10,7 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase
+from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
@@ -31,6 +32,9 @@ from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens
 from .update.chunking import update_chunks
 from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .update.prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
+
+
+logger = logging.get_logger(__name__)
 
 
 class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, GRPOTrainer):
@@ -365,6 +369,18 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         finally:
             if self.environment.worlds is not None:
                 self.environment.worlds.close()
+
+    def _remove_unused_columns(self, dataset, description=None):
+        """Every column stays, whatever `remove_unused_columns` says: a team's formatters, rewards, transition and
+        environments (`reset(**row)`, the `environment` routing column) may read any of them. GRPOTrainer keeps only
+        'prompt' and the images when it is True, which drops the `environment` column TRL itself routes by."""
+        if self.args.remove_unused_columns:
+            logger.warning_once(
+                "MAGRPOConfig: remove_unused_columns=True is ignored: every dataset column reaches the formatters, the "
+                "rewards, the transition and the environments' reset (TRL would drop all but 'prompt', the "
+                "'environment' column included). Leave it False, GRPOConfig's default, to silence this."
+            )
+        return dataset
 
     def training_step(self, model, inputs, num_items_in_batch):
         """GRPOTrainer's step, with the update (forward + backward) timed apart from the rollout."""

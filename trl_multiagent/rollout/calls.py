@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from .callables import _run
 
 
-def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list[dict], int]:
+def call_tools(
+    tool_calls: list[dict], tools: dict[str, Callable], timeout: float | None = None
+) -> tuple[list[dict], int]:
     """Run one completion's tool calls (async ones together on one event loop); the tool messages, in call order, and
-    how many failed. A failure gives ``{"error": ...}`` as the tool's result, as in TRL.
+    how many failed. A failure gives ``{"error": ...}`` as the tool's result, as in TRL. With a `timeout`
+    (`MAGRPOConfig.tool_call_timeout`), a call still running after that many seconds fails: an async one is cancelled,
+    a sync one (run on a worker thread, the only way to stop waiting for it) runs on, unwaited.
 
     >>> def add(a: int, b: int) -> int:
     ...     return a + b
@@ -39,12 +44,12 @@ def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list
                 raise ValueError(f"Unsupported tool call type: {call.get('type')}")
             if name not in tools:
                 raise ValueError(f"Tool {name} not found.")
-            results.append((name, tools[name](**call["function"]["arguments"])))
+            results.append((name, _called(name, tools[name], call["function"]["arguments"], timeout)))
         except Exception as err:
             results.append((name, err))
     pending = [i for i, (_, value) in enumerate(results) if inspect.isawaitable(value)]
     if pending:
-        done = _run(_together([results[i][1] for i in pending]))
+        done = _run(_together([results[i] for i in pending], timeout))
         for i, value in zip(pending, done, strict=True):
             results[i] = (results[i][0], value)
     messages, failures = [], 0
@@ -57,8 +62,53 @@ def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list
     return messages, failures
 
 
-async def _together(awaitables: list) -> list:
-    """The awaitables' values (or exceptions), run concurrently. `asyncio.gather` is called here, inside the loop that
-    runs it (`callables._run`'s): made on the calling thread it would attach to that thread's current or running loop,
-    and the loop awaiting it would refuse it ("attached to a different loop")."""
-    return await asyncio.gather(*awaitables, return_exceptions=True)
+def check_timeout(timeout) -> None:
+    """`MAGRPOConfig.tool_call_timeout`: a positive number of seconds, or None."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(
+            f"MAGRPOConfig: tool_call_timeout must be a positive number of seconds, or None (no limit), got {timeout!r}."
+        )
+
+
+def _timed_out(name: str, timeout: float) -> TimeoutError:
+    return TimeoutError(f"Tool {name} timed out after {timeout:g} s.")  # what the agent reads
+
+
+def _called(name: str, tool: Callable, arguments: dict, timeout: float | None):
+    """`tool(**arguments)`: its value, or for an async tool its awaitable. A sync tool with a timeout runs on a daemon
+    thread, waited for `timeout` seconds at most; past them it runs on unwaited and the call raises TimeoutError."""
+    if timeout is None or inspect.iscoroutinefunction(tool):
+        return tool(**arguments)
+    box: dict[str, Any] = {}
+
+    def run():
+        try:
+            box["value"] = tool(**arguments)
+        except BaseException as err:  # raised on the calling thread below
+            box["error"] = err
+
+    thread = threading.Thread(target=run, name=f"trl_multiagent-tool-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise _timed_out(name, timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+async def _together(calls: list[tuple[str, Any]], timeout: float | None) -> list:
+    """The values (or exceptions) of the awaitables of `calls` (`(name, awaitable)`), run concurrently, each cancelled
+    past `timeout`. `asyncio.gather` is called here, inside the loop that runs it (`callables._run`'s): made on the
+    calling thread it would attach to that thread's current or running loop, and the loop awaiting it would refuse it
+    ("attached to a different loop")."""
+
+    async def one(name: str, awaitable):
+        if timeout is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, timeout)
+        except TimeoutError:
+            raise _timed_out(name, timeout) from None
+
+    return await asyncio.gather(*(one(name, awaitable) for name, awaitable in calls), return_exceptions=True)

@@ -32,7 +32,7 @@ from trl.chat_template_utils import (
 )
 
 from ..generation.output import Generation
-from .calls import call_tools
+from .calls import call_tools, check_timeout
 
 
 def tools_per_agent(tools, num_agents: int) -> list[list[Callable]]:
@@ -118,6 +118,7 @@ def tool_loop(
     max_model_length: int | None = None,
     any_left: Callable[[bool], bool] = bool,
     ran: Callable[[int, list[dict], list[dict]], None] | None = None,
+    timeout: float | None = None,
 ) -> ToolResults:
     """TRL's tool-calling loop over one agent's completions.
 
@@ -132,6 +133,7 @@ def tool_loop(
         any_left: whether any process still has tool calls (distributed: every process runs the same rounds).
         ran: ``ran(completion, tool_calls, tool_messages)`` after each completion's calls ran, rolled back or not (an
             environment records the calls made on its world).
+        timeout: seconds one call may run (`MAGRPOConfig.tool_call_timeout`; None: no limit).
     """
     completion_ids = [list(ids) for ids in completion_ids]
     masks = [[1] * len(ids) for ids in completion_ids]
@@ -143,7 +145,7 @@ def tool_loop(
     while any_left(bool(pending)) and (max_iterations is None or rounds < max_iterations):
         ready = []  # (completion, tool tokens, prompt + completion + tool tokens)
         for c, tool_calls in pending:
-            results, failed = call_tools(tool_calls, tools[c])
+            results, failed = call_tools(tool_calls, tools[c], timeout)
             if ran is not None:
                 ran(c, tool_calls, results)
             calls[c], failures[c] = calls[c] + len(tool_calls), failures[c] + failed
@@ -181,6 +183,7 @@ class ToolCalling:
         max_iterations: `max_tool_calling_iterations` (None: no limit).
         max_completion_length: the budget of a completion, tool results included (as in TRL).
         chat_template_kwargs: GRPOConfig's, for rendering tool results.
+        timeout: `MAGRPOConfig.tool_call_timeout`, seconds one tool call may run (None: no limit).
     """
 
     def __init__(
@@ -192,7 +195,10 @@ class ToolCalling:
         max_iterations: int | None,
         max_completion_length: int,
         chat_template_kwargs: dict | None = None,
+        timeout: float | None = None,
     ):
+        check_timeout(timeout)
+        self.timeout = timeout
         self.tools = tools_per_agent(tools, len(tokenizers))
         self.worlds = worlds
         self.tokenizers = tokenizers
@@ -253,6 +259,7 @@ class ToolCalling:
             max_model_length=generator.context_lengths[agent],
             any_left=any_left,
             ran=(lambda c, calls, results: self.worlds.record(worlds[c], agent, calls, results)) if worlds else None,
+            timeout=self.timeout,
         )
         texts = tokenizer.batch_decode(results.completion_ids, skip_special_tokens=True)
         return Generation(

@@ -55,6 +55,7 @@ import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from transformers.utils import logging
@@ -120,12 +121,15 @@ class Worlds:
         environment_factory: TRL's: a callable returning a world, or a dict of them routed by the row's
             ``environment`` column.
         num_agents: the team's size (for `agent_tools`).
+        tool_call_timeout: seconds one tool call may run (None: no limit); replay runs the recorded calls with it, as
+            they first ran.
     """
 
-    def __init__(self, environment_factory, num_agents: int):
+    def __init__(self, environment_factory, num_agents: int, tool_call_timeout: float | None = None):
         self.routed = isinstance(environment_factory, dict)
         factories = environment_factory if self.routed else {None: environment_factory}
         self.num_agents = num_agents
+        self.call_tools = partial(call_tools, timeout=tool_call_timeout)
         self.agent_names: dict[type, list[list[str]]] = {}  # per world class, each agent's tool method names
         self.reward_funcs: list[Callable] = []
         self.fork_methods: dict[type, str] = {}  # per world class: "copy", "hook" or "replay", once known
@@ -213,6 +217,11 @@ class Worlds:
         set_random_state(journal.random_state)
         try:
             return world.reset(**journal.columns), random_state()
+        except Exception as err:
+            raise RuntimeError(
+                f"MAGRPOTrainer: {type(world).__name__}.reset(**row) raised {type(err).__name__}: {err}, on the row "
+                f"{_short(journal.columns)}."
+            ) from err
         finally:
             set_random_state(now)
 
@@ -239,7 +248,7 @@ class Worlds:
             )
         if method == "replay":
             forked = self.pool.take(journal.name)
-            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, call_tools, turn)
+            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, self.call_tools, turn)
         else:
             self.pool.adopt(forked)
         if self.fork_methods.get(cls) != method:  # the first fork of the class, or a copy that failed this time
