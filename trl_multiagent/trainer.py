@@ -72,7 +72,8 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
             agent, combined by `args.agent_reward_aggregation` (see `rewards`).
         reward_processing_classes, quantization_config: GRPOTrainer's (quantization: agents loaded from ids, CUDA).
         tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
-            agent or per agent; one world per joint trajectory, shared by the agents and copied at each branch.
+            agent or per agent; one world per joint action, shared by its agents: pooled in turn 1, forked per branch
+            after it (`rollout.forks`).
         rollout_func: GRPOTrainer's; refused, with the reason (`arguments.REFUSED_GRPO_ARGUMENTS`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
