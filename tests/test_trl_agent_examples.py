@@ -239,6 +239,8 @@ def test_environments_are_pooled_checked_on_their_own_worlds_and_closed_once(mod
     assert [len(set(ids)) for ids in seen[1:]] == [4, 4] and set(seen[1]) == set(seen[2])
     assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
     assert [e.resets for e in ConnectedEnv.made] == [3, 3, 2, 2]
+    trainer.evaluate(Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 2}))  # on its own
+    assert len(ConnectedEnv.made) == 8 and [e.closes for e in ConnectedEnv.made] == [1] * 8  # its 4 new ones too
     ConnectedEnv.made, seen[:], fail_at[0] = [], [], 2
     failing = build("fails")
     with pytest.raises(RuntimeError, match="the judge is down"):

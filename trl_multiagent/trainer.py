@@ -368,8 +368,20 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         try:
             return super().train(*args, **kwargs)
         finally:
-            if self.environment.worlds is not None:
-                self.environment.worlds.close()
+            self._close_environments()
+
+    def evaluate(self, *args, **kwargs):
+        """Trainer's `evaluate`; called on its own (not from `train`, which closes them when it ends), the environment
+        instances it made are closed after it, or when it fails."""
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            if not self.is_in_train:
+                self._close_environments()
+
+    def _close_environments(self) -> None:
+        if self.environment.worlds is not None:
+            self.environment.worlds.close()
 
     def _remove_unused_columns(self, dataset, description=None):
         """Every column stays, whatever `remove_unused_columns` says: a team's formatters, rewards, transition and
