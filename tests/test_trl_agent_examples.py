@@ -246,6 +246,10 @@ def test_environments_are_pooled_checked_on_their_own_worlds_and_closed_once(mod
     with pytest.raises(RuntimeError, match="the judge is down"):
         failing.train()  # the first step's reward (after the build-time call) fails
     assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
+    ConnectedEnv.made, seen[:], fail_at[0] = [], [], 1
+    with pytest.raises(RuntimeError, match="the judge is down"):
+        build("build fails")  # the build-time check's call fails: the probe and the check's second world close
+    assert len(ConnectedEnv.made) == 2 and [e.closes for e in ConnectedEnv.made] == [1] * 2
 
 
 class Routed:

@@ -25,7 +25,7 @@ from .rollout.callables import Transition, _short, callable_name, check_prompt
 from .rollout.environment import EMPTY_CHAT, TeamEnvironment
 from .rollout.rewards import JointReward, check_agent_reward_aggregation, each_agent, resolve_weights, reward_name
 from .rollout.tools import ToolCalling
-from .rollout.worlds import Worlds, closed_on_error
+from .rollout.worlds import Worlds
 from .team.assembly import TeamPlan, load_tokenizers, plan_team
 
 
@@ -398,61 +398,60 @@ def prepare(
         if environment_factory is not None
         else None
     )
-    with closed_on_error(worlds):  # an environment's instances (its probe, the check's) close if the build fails
-        check_joint_mode_for_worlds(args, worlds)
-        if train_dataset is None and worlds is not None:
-            train_dataset = placeholder_dataset(args, worlds)
-        functions = user_functions(
-            args,
-            plan.num_agents,
-            reward_func,
-            reward_funcs,
-            external_transition,
-            formatters,
-            train_dataset,
-            eval_dataset,
-            resolved.reward_processor,
-            worlds.reward_funcs if worlds is not None else None,
-            has_worlds=worlds is not None,
-        )
-        tokenizers = load_tokenizers(plan)
-        resolved.add_special_tokens(tokenizers)
-        tool_calling = None
-        for name in ("max_tool_calling_iterations", "tool_call_timeout"):
-            if not tools and worlds is None and getattr(args, name) is not None:
-                logger.warning_once(
-                    f"MAGRPOTrainer: {name}={getattr(args, name)} has no effect: no agent has tools. Pass `tools=` or "
-                    "`environment_factory=` (docs: Agents that act)."
-                )
-        if tools or worlds is not None:  # as TRL, `tools=[]` is no tools
-            tool_calling = ToolCalling(
-                tools,
-                worlds,
-                tokenizers,
-                max_iterations=args.max_tool_calling_iterations,
-                max_completion_length=args.max_completion_length,
-                chat_template_kwargs=args.chat_template_kwargs,
-                timeout=args.tool_call_timeout,
+    check_joint_mode_for_worlds(args, worlds)
+    if train_dataset is None and worlds is not None:
+        train_dataset = placeholder_dataset(args, worlds)
+    functions = user_functions(
+        args,
+        plan.num_agents,
+        reward_func,
+        reward_funcs,
+        external_transition,
+        formatters,
+        train_dataset,
+        eval_dataset,
+        resolved.reward_processor,
+        worlds.reward_funcs if worlds is not None else None,
+        has_worlds=worlds is not None,
+    )
+    tokenizers = load_tokenizers(plan)
+    resolved.add_special_tokens(tokenizers)
+    tool_calling = None
+    for name in ("max_tool_calling_iterations", "tool_call_timeout"):
+        if not tools and worlds is None and getattr(args, name) is not None:
+            logger.warning_once(
+                f"MAGRPOTrainer: {name}={getattr(args, name)} has no effect: no agent has tools. Pass `tools=` or "
+                "`environment_factory=` (docs: Agents that act)."
             )
-        later_turn_format = resolved.later_turn_formatter(functions.formatters)
-        environment = TeamEnvironment(
-            functions.joint_reward, functions.transition, functions.formatters, later_turn_format, tokenizers, worlds
+    if tools or worlds is not None:  # as TRL, `tools=[]` is no tools
+        tool_calling = ToolCalling(
+            tools,
+            worlds,
+            tokenizers,
+            max_iterations=args.max_tool_calling_iterations,
+            max_completion_length=args.max_completion_length,
+            chat_template_kwargs=args.chat_template_kwargs,
+            timeout=args.tool_call_timeout,
         )
-        check_first_rows(environment, train_dataset, eval_dataset, args, acts=tool_calling is not None)
-        say_early_termination(args.num_turns, args.early_termination_threshold)
-        learning_signal = LearningSignalCallback(
-            args.num_turns, plan.trainable, args.early_termination_threshold, args.mask_truncated_completions
-        )
-        return PreparedInputs(
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            plan=plan,
-            agent_init_kwargs=agent_init_kwargs,
-            grows_embeddings=bool(resolved.special_tokens),
-            tool_calling=tool_calling,
-            eval_metrics=resolved.eval_metrics,
-            callbacks=[*resolved.callbacks, learning_signal],
-            tokenizers=tokenizers,
-            environment=environment,
-        )
+    later_turn_format = resolved.later_turn_formatter(functions.formatters)
+    environment = TeamEnvironment(
+        functions.joint_reward, functions.transition, functions.formatters, later_turn_format, tokenizers, worlds
+    )
+    check_first_rows(environment, train_dataset, eval_dataset, args, acts=tool_calling is not None)
+    say_early_termination(args.num_turns, args.early_termination_threshold)
+    learning_signal = LearningSignalCallback(
+        args.num_turns, plan.trainable, args.early_termination_threshold, args.mask_truncated_completions
+    )
+    return PreparedInputs(
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        plan=plan,
+        agent_init_kwargs=agent_init_kwargs,
+        grows_embeddings=bool(resolved.special_tokens),
+        tool_calling=tool_calling,
+        eval_metrics=resolved.eval_metrics,
+        callbacks=[*resolved.callbacks, learning_signal],
+        tokenizers=tokenizers,
+        environment=environment,
+    )

@@ -24,7 +24,7 @@ from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .rollout import RolloutTree, run_rollout
 from .rollout.credit import team_advantages
-from .rollout.worlds import closed_on_error
+from .rollout.worlds import closes_worlds_on_error
 from .team import AgentTeam, optimizer
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .timing import Reading, RolloutTimes, UpdateTimes
@@ -102,6 +102,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
     _tag_names = ["trl", "magrpo", "trl_multiagent"]
     _name = "MAGRPO"
 
+    @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
         self,
         agents: Sequence[str | torch.nn.Module] | None = None,
@@ -149,53 +150,52 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
             comlrl_arguments=comlrl_arguments,
             optimizers=optimizers,
         )
-        with closed_on_error(inputs.environment.worlds):  # loading the models may fail: the environments close
-            args, plan = inputs.args, inputs.plan
-            self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
-            self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
-            self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
+        args, plan = inputs.args, inputs.plan
+        self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
+        self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
+        self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
-            reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
-            built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
-            self.team, self.agent_eos_token_ids = built
-            reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
-            with arguments.grpo_trainer_settings(args, self.environment.joint_reward.weights):
-                super().__init__(
-                    model=self.team,
-                    reward_funcs=reward_funcs,
-                    args=args,
-                    train_dataset=inputs.train_dataset,
-                    eval_dataset=inputs.eval_dataset,
-                    processing_class=self.tokenizers[0],
-                    reward_processing_classes=reward_processing_classes,
-                    callbacks=callbacks,
-                    optimizers=optimizers,
-                )
-            self.beta, self.use_vllm = args.beta, args.use_vllm
-            self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-            self.environment.bind(self)
-            attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
-            fused_heads_on_agents(self.team, self.temperature)
-            self.share_prompts = prompt_sharing(self.team, args.share_prompts)
-            self.ref_team = None  # adapters' reference: their base (adapter off), no extra memory; full models: a copy
-            if self.beta != 0.0 and not self.team.all_adapters:
-                self.ref_team = build_reference(self.accelerator, self.model, self.is_deepspeed_enabled)
-            self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
-            self.generator = build_generator(
-                args,
-                self.team,
-                self.tokenizers,
-                self.agent_eos_token_ids,
-                self.accelerator,
-                trainable=self.trainable_agents,
-                chat_template_kwargs=self.chat_template_kwargs,
-                generation_kwargs=self.generation_kwargs,
-                share_prompts=self.share_prompts,
-                wrapped_model=lambda: self.model_wrapped,
-                chat_templates=self.tool_calling.chat_templates if self.tool_calling else None,
+        reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
+        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
+        self.team, self.agent_eos_token_ids = built
+        reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
+        with arguments.grpo_trainer_settings(args, self.environment.joint_reward.weights):
+            super().__init__(
+                model=self.team,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=inputs.train_dataset,
+                eval_dataset=inputs.eval_dataset,
+                processing_class=self.tokenizers[0],
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
             )
-            self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
-            self._ratio_from_loss = RatioFromLoss(args)
+        self.beta, self.use_vllm = args.beta, args.use_vllm
+        self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        self.environment.bind(self)
+        attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
+        fused_heads_on_agents(self.team, self.temperature)
+        self.share_prompts = prompt_sharing(self.team, args.share_prompts)
+        self.ref_team = None  # adapters' reference: their base (adapter off), no extra memory; full models: a copy
+        if self.beta != 0.0 and not self.team.all_adapters:
+            self.ref_team = build_reference(self.accelerator, self.model, self.is_deepspeed_enabled)
+        self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
+        self.generator = build_generator(
+            args,
+            self.team,
+            self.tokenizers,
+            self.agent_eos_token_ids,
+            self.accelerator,
+            trainable=self.trainable_agents,
+            chat_template_kwargs=self.chat_template_kwargs,
+            generation_kwargs=self.generation_kwargs,
+            share_prompts=self.share_prompts,
+            wrapped_model=lambda: self.model_wrapped,
+            chat_templates=self.tool_calling.chat_templates if self.tool_calling else None,
+        )
+        self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
+        self._ratio_from_loss = RatioFromLoss(args)
 
     def _generate_for_agent(self, agent: int, prompts: list, num_generations: int, environments=None) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend; with

@@ -50,8 +50,9 @@ What a team adds:
 
 from __future__ import annotations
 
-import contextlib
+import contextvars
 import copy
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import replace
@@ -135,9 +136,15 @@ class Worlds:
         self.fork_methods: dict[type, str] = {}  # per world class: "copy", "hook" or "replay", once known
         self.journals: dict[int, tuple[Any, Journal]] = {}  # id(world) -> (world, journal), for this rollout's worlds
         self.pool = WorldPool(factories)
-        with closed_on_error(self):  # a refused environment: the probes made so far close
+        made_here = _made_here.get()
+        if made_here is not None:
+            made_here.append(self)
+        try:
             for name, factory in factories.items():
                 self._probe(name, factory)
+        except BaseException:  # a refused environment: the probes made so far close
+            self.close()
+            raise
 
     def _probe(self, name, factory) -> None:
         """As TRL: one instance at start-up, to check `reset` and read its tools; it seeds the pool."""
@@ -352,12 +359,25 @@ def _reward_column(cls: type) -> Callable:
     return reward
 
 
-@contextlib.contextmanager
-def closed_on_error(worlds: Worlds | None):
-    """Close every instance of `worlds` (if any) when the block raises, then re-raise."""
-    try:
-        yield
-    except BaseException:
-        if worlds is not None:
-            worlds.close()
-        raise
+# The `Worlds` made while a `closes_worlds_on_error` function runs (None outside one): building a trainer makes them
+# deep inside `arguments.prepare`, and a failure there or later in the build would leave their instances open.
+_made_here: contextvars.ContextVar[list | None] = contextvars.ContextVar("trl_multiagent_worlds", default=None)
+
+
+def closes_worlds_on_error(function: Callable) -> Callable:
+    """`function`, closing the instances of every `Worlds` made while it runs when it raises (then re-raising)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        made: list = []
+        token = _made_here.set(made)
+        try:
+            return function(*args, **kwargs)
+        except BaseException:
+            for worlds in made:
+                worlds.close()
+            raise
+        finally:
+            _made_here.reset(token)
+
+    return wrapper
