@@ -21,6 +21,8 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
+# The pages document this checkout's package, not whichever copy is installed (an editable install of another one)
+sys.path.insert(0, str(ROOT))
 
 _CODE_SPAN = re.compile(r"(`[^`]*`)")
 

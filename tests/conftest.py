@@ -1,6 +1,8 @@
+import asyncio
 import importlib.util
 import os
 import shutil
+import threading
 
 import pytest
 
@@ -86,3 +88,43 @@ def assert_same_sgd_step(before: dict, stock_model, ours_model, atol: float = 1e
         torch.testing.assert_close(ours_step, stock_step, rtol=1e-4, atol=atol, msg=name)
         moved += int(stock_step.abs().sum() > 0)
     assert moved > 10  # the step really changed the weights
+
+
+EVENT_LOOPS = ["no loop", "a current loop", "a running loop"]
+
+
+def under_event_loop(loop: str, target):
+    """`target()`'s value, called on a new thread that has no event loop, a current one that is not running, or a
+    running one (a Jupyter notebook's cell); its exception is raised here."""
+
+    def call():
+        if loop == "no loop":
+            return target()
+        if loop == "a current loop":
+            current = asyncio.new_event_loop()
+            asyncio.set_event_loop(current)  # set, not running: where asyncio.gather(...) made outside would attach
+            try:
+                return target()
+            finally:
+                asyncio.set_event_loop(None)
+                current.close()
+
+        async def cell():
+            return target()
+
+        return asyncio.run(cell())
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = call()
+        except BaseException as err:  # handed back to the test
+            out["error"] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]

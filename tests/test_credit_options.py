@@ -280,19 +280,17 @@ def chat_rows():
 
 class Referee:
     """A world whose `get_reward()` gives each agent its own reward (`per_agent_reward = True`): each joint answer acts
-    on its own copy, numbered as it is made, and agent 0 earns the number while agent 1 loses it."""
+    on its own pooled instance, numbered as it is made, and agent 0 earns the number while agent 1 loses it."""
 
     per_agent_reward = True
-    copies = 0
+    made = 0
+
+    def __init__(self):
+        Referee.made += 1
+        self.number = Referee.made
 
     def reset(self, **row):
-        self.number = 0
-
-    def __deepcopy__(self, memo):
-        twin = type(self)()
-        Referee.copies += 1
-        twin.number = Referee.copies
-        return twin
+        pass
 
     def get_reward(self) -> list[float]:
         return [float(self.number), -float(self.number)]

@@ -11,11 +11,12 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
-    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "rollout.worlds", "flags"],
+    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "flags", "model_card"]
+    + ["rollout.calls", "rollout.pool", "rollout.forks", "rollout.worlds"],  # environments: plain Python
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
-    ["metrics", "distributed", "checkpoint", "diagnostics", "console"],
+    ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle"],
     ["compat"],
     ["config"],
     ["arguments"],

@@ -368,3 +368,65 @@ def test_an_off_by_one_reward_gets_one_error_that_says_so(tmp_path, tokenizer, c
     )
     assert "returned 0 values for 1 joint action" in message and "completions[1:]" in message
     assert "is read as CoMLRL's per-joint-action convention" not in caplog.text
+
+
+class Board:
+    """A stand-in for one joint action's world: what a reward reads from `environments`."""
+
+    def __init__(self, reward: float):
+        self.reward = reward
+
+
+def test_every_trl_reward_signature_maps_onto_the_team(caplog):
+    """docs/agents.md's table, one row each: which call a signature gets, and its values in the weighted sum."""
+    worlds = [Board(1.0), Board(5.0)]
+    answers = [["ab", "c"], ["d", "efg"]]  # [agent][joint action]
+
+    def reward_score(environments, **kwargs):  # TRL's OpenEnv scripts: no completions, each joint action's world
+        return [env.reward for env in environments]
+
+    def everything(**kwargs):  # by keywords, no completions: joint, like the one above
+        return [float(len(kwargs["prompts"])) for _ in kwargs["environments"]]
+
+    def with_worlds(completions, environments, **kwargs):  # TRL's per-agent, reading each completion's world
+        return [len(c) + env.reward for c, env in zip(completions, environments, strict=True)]
+
+    def lengths(completions, **kwargs):  # TRL's per-agent
+        return [float(len(c)) for c in completions]
+
+    def pair(c0, c1, environments):  # a joint reward: one list per agent, the worlds by name
+        return [len(a + b) * env.reward for a, b, env in zip(c0, c1, environments, strict=True)]
+
+    def together(completions):  # one positional parameter: the agents' lists in one list (CoMLRL)
+        return [float(a == b) for a, b in zip(*completions, strict=True)]
+
+    funcs = [reward_score, everything, with_worlds, lengths, pair, together]
+    rewards_module.logger.warning_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        reward = JointReward(funcs, [2.0, 1.0, 1.0, 0.5, 0.1, 3.0], num_agents=2)
+    assert reward.by_keywords == [True, True, False, False, False, False]
+    assert reward.per_agent == [False, False, True, True, False, False]
+    assert reward.one_list == [False] * 5 + [True]
+    prompts = [["p0", "p0"], ["p1", "p1"]]
+    total, per_func, by_agent = reward(answers, 1, {"environments": worlds, "prompts": prompts})
+    assert per_func == [[1.0, 5.0], [2.0, 2.0], [2.5, 7.0], [1.5, 2.0], [3.0, 20.0], [0.0, 0.0]]
+    assert by_agent[2] == [[3.0, 6.0], [2.0, 8.0]]  # with_worlds: [agent][joint action], each on its world
+    assert total == pytest.approx([2 * 1 + 2 + 2.5 + 0.5 * 1.5 + 0.1 * 3, 2 * 5 + 2 + 7 + 0.5 * 2 + 0.1 * 20])
+    for name in ("reward_score", "everything"):  # the inferred mapping, said once each, with how to state it
+        assert caplog.text.count(f"Reward function '{name}'") == 1 and f"joint({name})" in caplog.text
+    assert "names no completions" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        stated = JointReward([joint(reward_score)], None, num_agents=2)
+    assert caplog.text == "" and stated([["a"], ["b"]], 1, {"environments": [Board(4.0)]})[0] == [4.0]
+
+
+def test_an_environment_reward_called_per_joint_action_gets_its_own_world():
+    @per_joint_action
+    def one(environments, **kwargs):  # CoMLRL's one joint action per call: the worlds are cut like the rows
+        (env,) = environments
+        return env.reward
+
+    worlds = [Board(2.0), Board(3.0)]
+    total, _, _ = JointReward([one], None, num_agents=2)([["a", "b"], ["c", "d"]], 1, {"environments": worlds})
+    assert total == [2.0, 3.0]

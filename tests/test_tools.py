@@ -5,11 +5,13 @@ completion's text depends on its index among the K samples of a prompt, and a co
 result it reads. Everything else is real: TRL's chat template, `parse_response`, `_get_tool_suffix_ids`, loss.
 """
 
+import asyncio
 import re
+import time
 
 import pytest
 import torch
-from conftest import assert_same_sgd_step
+from conftest import EVENT_LOOPS, assert_same_sgd_step, under_event_loop
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
@@ -278,3 +280,159 @@ def test_stop_strings_end_a_completion_on_the_transformers_backend(tmp_path):
     expected = next(free[:n] for n in range(1, len(free) + 1) if tokenizer.decode(prompt + free[:n]).endswith(stop))
     assert len(expected) < len(free)
     assert greedy_completion(generation_kwargs={"stop_strings": [stop]})[1] == expected
+
+
+async def async_add(a: int, b: int) -> int:
+    """TRL's documented async tool.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    await asyncio.sleep(0)
+    return a + b
+
+
+def call_async_add_once() -> tuple[list[list[int]], list[list[int]]]:
+    """TRL's tool loop over one completion that calls `async_add(a=40, b=2)`: what the continuation was asked for (the
+    tool result's tokens: here the result itself), and the completion's ids."""
+    call = {"type": "function", "function": {"name": "async_add", "arguments": {"a": 40, "b": 2}}}
+    asked = []
+
+    def more(ids):
+        asked.extend(ids)
+        return [[9]] * len(ids), None
+
+    results = tool_loop(
+        [[1]], [[5]], None, [{"async_add": async_add}], parse=lambda c, ids, prefix: {"tool_calls": [call]} if ids == [5] else {},
+        suffix_ids=lambda messages: [int(m["content"]) for m in messages], generate_more=more, max_iterations=1,
+        max_completion_length=8,
+    )  # fmt: skip
+    return asked, results.completion_ids
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_an_async_tools_result_reaches_the_agents_next_prompt(loop):
+    asked, completion_ids = under_event_loop(loop, call_async_add_once)
+    assert asked == [[1, 5, 42]]  # prompt, the call, async_add(40, 2)'s result: the continuation's prompt
+    assert completion_ids == [[5, 42, 9]]
+
+
+def test_a_tool_call_past_the_timeout_fails_and_the_agent_reads_why():
+    cancelled = []
+
+    def slow_sync(seconds: float) -> str:
+        """Sleep, then answer.
+
+        Args:
+            seconds: How long.
+        """
+        time.sleep(seconds)
+        return "done"
+
+    async def slow_async(seconds: float) -> str:
+        """Sleep, then answer.
+
+        Args:
+            seconds: How long.
+        """
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            cancelled.append(seconds)
+            raise
+        return "done"
+
+    def call(name, seconds):
+        return {"type": "function", "function": {"name": name, "arguments": {"seconds": seconds}}}
+
+    calls = [call("slow_sync", 5), call("slow_async", 5), call("slow_sync", 0), call("slow_async", 0)]
+    read = []  # the tool messages appended to the agent's completion, as its next prompt continues from them
+    start = time.monotonic()
+    results = tool_loop(
+        [[1]], [[5]], None, [{"slow_sync": slow_sync, "slow_async": slow_async}],
+        parse=lambda c, ids, prefix: {"tool_calls": calls} if ids == [5] else {},
+        suffix_ids=lambda messages: read.extend(m["content"] for m in messages) or [7], max_iterations=1,
+        generate_more=lambda ids: ([[9]] * len(ids), None), max_completion_length=8, timeout=0.2,
+    )  # fmt: skip
+    assert time.monotonic() - start < 3  # neither 5-second call was waited for
+    assert read == [
+        "{'error': 'Tool slow_sync timed out after 0.2 s.'}",
+        "{'error': 'Tool slow_async timed out after 0.2 s.'}",
+        "done",
+        "done",
+    ]
+    assert results.calls == [4] and results.failures == [2] and cancelled == [5]  # the async one was cancelled
+    assert results.completion_ids == [[5, 7, 9]]
+
+
+def test_the_configs_tool_call_timeout_reaches_the_agents(tmp_path, monkeypatch):
+    tokenizer = make_tool_tokenizer()
+    script_ours(monkeypatch, tokenizer)
+
+    def add(a: int, b: int) -> int:  # the scripted calls' tool, too slow
+        """Add two numbers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        time.sleep(3)
+        return a + b
+
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
+        reward_func=lambda c0, c1: [0.0] * len(c0), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        tools=[[add], []], args=MAGRPOConfig(output_dir=str(tmp_path), tool_call_timeout=0.1, **COMMON),
+    )  # fmt: skip
+    trainer.model.train()
+    trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(4)])
+    answers = [text for node in trainer.last_rollout.nodes for text in node.completions[0]]
+    assert answers[0].endswith("The sum is {'error': 'Tool add timed out after 0.1 s.'}.")  # what it read
+    node = trainer.last_rollout.nodes[0]
+    assert node.tool_calls[0] == [1, 0, 1, 0] and node.tool_failures[0] == [1, 0, 1, 0]
+    with pytest.raises(ValueError, match=r"tool_call_timeout must be a positive number of seconds.*got 0"):
+        MAGRPOTrainer(
+            agents=[make_model(tokenizer, seed=1)], tokenizer=tokenizer, reward_func=lambda c: [0.0] * len(c),
+            train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[add],
+            args=MAGRPOConfig(output_dir=str(tmp_path), tool_call_timeout=0, **COMMON),
+        )  # fmt: skip
+
+
+def char_by_char(tokenizer, text: str) -> list[int]:
+    """Ids that are not the tokenizer's own encoding of `text`: one token per character, `<|im_end|>` kept whole. Re-
+    tokenising their decoded text would give other ids (TRL #5144's tool mask longer than the completion)."""
+    ids = []
+    for i, part in enumerate(text.split("<|im_end|>")):
+        ids += [tokenizer.convert_tokens_to_ids("<|im_end|>")] if i else []
+        ids += [tid for ch in part for tid in tokenizer(ch, add_special_tokens=False)["input_ids"]]
+    return ids
+
+
+def test_the_tool_mask_matches_sampled_ids_that_re_tokenising_would_change(tmp_path, monkeypatch):
+    tokenizer = make_tool_tokenizer()
+
+    def _sample(self, agent, prompt_ids, num_generations, greedy):
+        texts = [scripted_text(tokenizer, p, k) for p in prompt_ids for k in range(num_generations)]
+        return [char_by_char(tokenizer, t) for t in texts], None
+
+    monkeypatch.setattr(TransformersGenerator, "_sample", _sample)
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
+        reward_func=lambda c0, c1: [0.0] * len(c0), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        tools=[[add], []], args=MAGRPOConfig(output_dir=str(tmp_path), **COMMON),
+    )  # fmt: skip
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(4)])["agents"][0]
+    call, answer = (
+        char_by_char(tokenizer, tool_call("add", '{"a": 0, "b": 2}')),
+        char_by_char(tokenizer, "The sum is 2.<|im_end|>"),
+    )
+    assert tokenizer(tokenizer.decode(call), add_special_tokens=False)["input_ids"] != call  # re-tokenising changes it
+    ids, mask = trainer.last_rollout.nodes[0].completion_ids[0][0], trainer.last_rollout.nodes[0].tool_masks[0][0]
+    suffix = len(ids) - len(call) - len(answer)  # the tool result's tokens, between the two sampled parts
+    assert ids[: len(call)] == call and ids[len(call) + suffix :] == answer and suffix > 0  # kept as sampled
+    assert mask == [1] * len(call) + [0] * suffix + [1] * len(answer)
+    assert batch["tool_mask"].shape == batch["completion_ids"].shape
+    assert (batch["tool_mask"][0] == 0).sum() == suffix

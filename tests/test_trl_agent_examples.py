@@ -7,12 +7,13 @@ these check that the scripts run and that their parts (reset, tools, get_reward,
 """
 
 import random
+import threading
 
 import pytest
 import torch
 from datasets import Dataset
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 
 
@@ -112,6 +113,190 @@ def test_the_environment_example_with_a_dataset_and_a_reward_func(model_id, tmp_
     assert set(seen_targets) <= set(range(1, 7)) and len(seen_targets) >= 2
     log = trainer.state.log_history[0]
     assert "turn_1/rewards/format_reward/mean" in log and "turn_1/rewards/IncrementEnv/mean" in log
+
+
+def test_trls_environment_reward_reaches_the_joint_reward_under_reward_weights(model_id, tmp_path):
+    """TRL's OpenEnv scripts score with `def reward_func(environments, **kwargs)`: no completions, each joint action's
+    world. Its values are the team's reward column, under its weight."""
+
+    class ScoredEnv:
+        def reset(self, target, **kwargs) -> None:
+            self.reward = float(target)  # the world's own score, as an OpenEnv client's last step result
+
+        def increment(self, step: int) -> int:
+            """Increment the internal counter.
+
+            Args:
+                step: Value to add to the counter.
+            """
+            return step
+
+    def reward_score(environments, **kwargs):
+        return [env.reward for env in environments]
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 4, "target": [3, 3, 5, 5]})
+    trainer = MAGRPOTrainer(
+        model=model_id, num_agents=2, train_dataset=dataset, reward_funcs=reward_score,
+        environment_factory=ScoredEnv,
+        args=small(tmp_path, num_generations=2, per_device_train_batch_size=8, shuffle_dataset=False,
+                   reward_weights=[0.5]),
+    )  # fmt: skip
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["turn_1/rewards/reward_score/mean"] == pytest.approx(4.0)  # rows 3, 3, 5, 5: 2 joint actions each
+    assert log["reward"] == pytest.approx(0.5 * 4.0)
+
+
+def test_an_environments_reward_gets_weight_1_after_reward_weights_as_in_trl(model_id, tmp_path):
+    """TRL: `reward_weights` covers `reward_funcs`, and each `get_reward` column gets weight 1 after them."""
+
+    class TargetEnv:
+        def reset(self, target, **kwargs) -> None:
+            self.target = float(target)
+
+        def get_reward(self) -> float:
+            return self.target
+
+        def increment(self, step: int) -> int:
+            """Increment the internal counter.
+
+            Args:
+                step: Value to add to the counter.
+            """
+            return step
+
+    def one(environments, **kwargs):
+        return [1.0] * len(environments)
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 4, "target": [3, 3, 5, 5]})
+
+    def build(weights, name):
+        return MAGRPOTrainer(
+            model=model_id, num_agents=2, train_dataset=dataset, reward_funcs=[joint(one)],
+            environment_factory=TargetEnv,
+            args=small(tmp_path / name, num_generations=2, per_device_train_batch_size=8, shuffle_dataset=False,
+                       reward_weights=weights),
+        )  # fmt: skip
+
+    trainer = build([0.5], "trl")
+    assert trainer.args.reward_weights == [0.5] and trainer.reward_weights.tolist() == [0.5, 1.0]
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["turn_1/rewards/TargetEnv/mean"] == pytest.approx(4.0)
+    assert log["reward"] == pytest.approx(0.5 * 1.0 + 1.0 * 4.0)
+    assert build([0.5, 2.0], "both").reward_weights.tolist() == [0.5, 2.0]  # one weight more sets the column's
+    with pytest.raises(ValueError, match=r"reward_weights has 3 weights.*\['one'\].*\['TargetEnv'\].*Give 1.*or 2"):
+        build([0.5, 2.0, 1.0], "three")
+
+
+class ConnectedEnv:
+    """Holds a connection (a lock here), as an OpenEnv client does: it cannot be copied, and it must be closed."""
+
+    made: list = []
+
+    def __init__(self):
+        self.connection, self.closes, self.resets = threading.Lock(), 0, 0
+        ConnectedEnv.made.append(self)
+
+    def reset(self, **kwargs) -> str:
+        self.counter, self.resets = 0, self.resets + 1
+        return "Increment the counter."
+
+    def increment(self, step: int) -> int:
+        """Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+        """
+        self.counter += step
+        return self.counter
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def test_environments_are_pooled_checked_on_their_own_worlds_and_closed_once(model_id, tmp_path):
+    ConnectedEnv.made = []
+    seen, fail_at = [], [None]
+
+    def reward_func(environments, **kwargs):
+        seen.append([id(env) for env in environments])
+        if len(seen) == fail_at[0]:
+            raise RuntimeError("the judge is down")
+        return [float(env.counter) for env in environments]
+
+    def build(name, **kwargs):
+        return MAGRPOTrainer(
+            model=model_id, num_agents=2, environment_factory=ConnectedEnv, reward_funcs=reward_func,
+            args=small(tmp_path / name, num_generations=2, per_device_train_batch_size=4, **kwargs),
+        )  # fmt: skip
+
+    trainer = build("ends")
+    # the build-time check: its 2 joint actions got 2 worlds (the probe and one more), each reset with the row
+    assert len(set(seen[0])) == 2 and len(ConnectedEnv.made) == 2 and [e.resets for e in ConnectedEnv.made] == [1, 1]
+    trainer.train()
+    # 2 rows x 2 joint actions per step: 4 distinct worlds, made once and reset in each of the 2 steps
+    assert [len(set(ids)) for ids in seen[1:]] == [4, 4] and set(seen[1]) == set(seen[2])
+    assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
+    assert [e.resets for e in ConnectedEnv.made] == [3, 3, 2, 2]
+    trainer.evaluate(Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 2}))  # on its own
+    assert len(ConnectedEnv.made) == 8 and [e.closes for e in ConnectedEnv.made] == [1] * 8  # its 4 new ones too
+    ConnectedEnv.made, seen[:], fail_at[0] = [], [], 2
+    failing = build("fails")
+    with pytest.raises(RuntimeError, match="the judge is down"):
+        failing.train()  # the first step's reward (after the build-time call) fails
+    assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
+    ConnectedEnv.made, seen[:], fail_at[0] = [], [], 1
+    with pytest.raises(RuntimeError, match="the judge is down"):
+        build("build fails")  # the build-time check's call fails: the probe and the check's second world close
+    assert len(ConnectedEnv.made) == 2 and [e.closes for e in ConnectedEnv.made] == [1] * 2
+
+
+class Routed:
+    """Reads a column in `reset`, routed by the `environment` column: what `remove_unused_columns=True` strips in TRL."""
+
+    seen: list = []
+
+    def reset(self, target, **kwargs) -> None:
+        self.target = float(target)
+        Routed.seen.append(target)
+
+    def get_reward(self) -> float:
+        return self.target
+
+    def increment(self, step: int) -> int:
+        """Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+        """
+        return step
+
+
+def test_columns_survive_remove_unused_columns_and_a_partial_last_batch_evaluates(model_id, tmp_path, caplog):
+    def rows(targets):
+        return Dataset.from_dict(
+            {"prompt": [[{"role": "user", "content": "Count."}]] * len(targets), "target": targets,
+             "environment": ["counter"] * len(targets)}
+        )  # fmt: skip
+
+    Routed.seen = []
+    trainer = MAGRPOTrainer(
+        model=model_id, num_agents=2, train_dataset=rows([1, 2, 3, 4]), eval_dataset=rows([10, 20, 30]),
+        environment_factory={"counter": Routed},
+        # eval: 2 rows per batch, so 3 rows end in a batch of 1 (TRL #6129); TRL's remove_unused_columns would drop
+        # 'target' and 'environment'
+        args=small(tmp_path, num_generations=2, per_device_train_batch_size=4, remove_unused_columns=True,
+                   per_device_eval_batch_size=4, num_generations_eval=2, shuffle_dataset=False),
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    assert "remove_unused_columns=True is ignored" in caplog.text
+    log = trainer.state.log_history[0]
+    assert log["turn_1/rewards/Routed/mean"] == pytest.approx(1.5)  # rows 1 and 2, from their 'target'
+    Routed.seen = []
+    metrics = trainer.evaluate()
+    assert sorted(set(Routed.seen)) == [10, 20, 30] and metrics["eval_turn_1/rewards/Routed/mean"] > 0
 
 
 class CodingEnv:

@@ -23,7 +23,7 @@ from .diagnostics import LearningSignalCallback, say_early_termination
 from .generation.vllm_settings import check_vllm_team
 from .rollout.callables import Transition, _short, callable_name, check_prompt
 from .rollout.environment import EMPTY_CHAT, TeamEnvironment
-from .rollout.rewards import JointReward, check_agent_reward_aggregation, each_agent
+from .rollout.rewards import JointReward, check_agent_reward_aggregation, each_agent, resolve_weights, reward_name
 from .rollout.tools import ToolCalling
 from .rollout.worlds import Worlds
 from .team.assembly import TeamPlan, load_tokenizers, plan_team
@@ -89,8 +89,11 @@ def check_agent_learning_rates(args, optimizers) -> None:
 
 
 @contextlib.contextmanager
-def grpo_trainer_settings(args):
+def grpo_trainer_settings(args, reward_weights: list[float]):
     """The config as `GRPOTrainer.__init__` must see it, restored afterwards (the trainer reads the real values):
+
+    - `reward_weights`: one per reward function handed to GRPOTrainer, the environments' `get_reward` columns
+      included (`rewards.resolve_weights`); TRL appends those columns' weights itself only for its own environments;
 
     - `beta=0.0`: GRPOTrainer would build one reference model from a hub id; each agent's reference is built by
       `MAGRPOTrainer` instead (a frozen copy, or the adapter's base);
@@ -104,9 +107,9 @@ def grpo_trainer_settings(args):
     - `sync_ref_model=False`: GRPOTrainer would sync its one reference model; the team's references are synced by
       `team.reference_sync`.
     """
-    names = ("beta", "use_vllm", "model_init_kwargs", "cast_lm_head_to_fp32", "sync_ref_model")
+    names = ("beta", "use_vllm", "model_init_kwargs", "cast_lm_head_to_fp32", "sync_ref_model", "reward_weights")
     saved = {name: getattr(args, name) for name in names}
-    for name, value in zip(names, (0.0, False, None, False, False), strict=True):
+    for name, value in zip(names, (0.0, False, None, False, False, list(reward_weights)), strict=True):
         setattr(args, name, value)
     try:
         yield
@@ -221,14 +224,12 @@ def user_functions(
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
-    after the user's functions (weight 1 unless `reward_weights` gives one for them too, as in TRL)."""
+    after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`)."""
     if reward_func is not None and reward_funcs is not None:
         raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
     funcs = reward_funcs if reward_funcs is not None else reward_func
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
-    weights = args.reward_weights
-    if world_rewards and weights is not None and len(weights) == len(funcs):
-        weights = [*weights, *[1.0] * len(world_rewards)]  # TRL's weight for an environment's reward
+    weights = resolve_weights(args.reward_weights, [reward_name(f) for f in funcs], world_rewards or [])
     funcs += [each_agent(f) if f.per_agent_reward else f for f in world_rewards or []]
     columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
@@ -410,7 +411,11 @@ def prepare(
     agent_init_kwargs = quantized_model_init_kwargs(quantization_config, init_kwargs, plan.specs)
     if args.use_vllm:
         check_vllm_team(args, plan.num_agents, plan.shared_base, lora=plan.peft_configs is not None)
-    worlds = Worlds(environment_factory, plan.num_agents) if environment_factory is not None else None
+    worlds = (
+        Worlds(environment_factory, plan.num_agents, args.tool_call_timeout)
+        if environment_factory is not None
+        else None
+    )
     check_joint_mode_for_worlds(args, worlds)
     if train_dataset is None and worlds is not None:
         train_dataset = placeholder_dataset(args, worlds)
@@ -435,11 +440,12 @@ def prepare(
     tokenizers = load_tokenizers(plan, args.trust_remote_code)
     resolved.add_special_tokens(tokenizers)
     tool_calling = None
-    if not tools and worlds is None and args.max_tool_calling_iterations is not None:
-        logger.warning_once(
-            f"MAGRPOTrainer: max_tool_calling_iterations={args.max_tool_calling_iterations} has no effect: no agent "
-            "has tools. Pass `tools=` or `environment_factory=` (docs: Agents that act)."
-        )
+    for name in ("max_tool_calling_iterations", "tool_call_timeout"):
+        if not tools and worlds is None and getattr(args, name) is not None:
+            logger.warning_once(
+                f"MAGRPOTrainer: {name}={getattr(args, name)} has no effect: no agent has tools. Pass `tools=` or "
+                "`environment_factory=` (docs: Agents that act)."
+            )
     if tools or worlds is not None:  # as TRL, `tools=[]` is no tools
         tool_calling = ToolCalling(
             tools,
@@ -448,6 +454,7 @@ def prepare(
             max_iterations=args.max_tool_calling_iterations,
             max_completion_length=args.max_completion_length,
             chat_template_kwargs=args.chat_template_kwargs,
+            timeout=args.tool_call_timeout,
         )
     later_turn_format = resolved.later_turn_formatter(functions.formatters)
     environment = TeamEnvironment(

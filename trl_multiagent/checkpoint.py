@@ -23,6 +23,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGH
 
 from .distributed import end_at_exit
 from .model_card import write_agent_card
+from .update.batching import EpochSeededSampler
 
 
 logger = logging.get_logger(__name__)
@@ -306,8 +307,9 @@ def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, b
 class TeamCheckpointing:
     """The Trainer's saving and resuming hooks, for a team (mixed into `MAGRPOTrainer`, before `GRPOTrainer`).
 
-    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint` and `train` (which also arranges the release of the
-    process groups at exit), and adds `save_merged_model`.
+    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint`, `train` (which also arranges the release of the
+    process groups at exit) and `_get_train_sampler` (each epoch's order seeded by the epoch), and adds
+    `save_merged_model`.
     """
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
@@ -360,6 +362,10 @@ class TeamCheckpointing:
         if self.args.should_save:
             run_dir, state = self._get_output_dir(trial=trial), self.state
             complete_and_rotate(run_dir, state.global_step, save_total_limit, state.best_model_checkpoint)
+
+    def _get_train_sampler(self, dataset=None):
+        """GRPOTrainer's sampler, with each epoch's prompt order seeded by the epoch: a resumed run sees the same order."""
+        return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """Every agent's weights (or adapter) from `agent_{i}/` (`load_team`), and each agent's adaptive entropy

@@ -133,6 +133,10 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
             with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
             `vllm_group_port + i`).
+        tool_call_timeout (`float` or `None`, *optional*):
+            Seconds one tool call may run (a tool of `tools=` or an environment's method). A call past it counts as a
+            failed call, and the agent gets `{"error": ...}` saying it timed out; an async tool is cancelled, a sync one
+            runs on in its thread, unwaited. `None`: no limit, as in TRL.
 
     CoMLRL 1.4.3's own names (`agent_learning_rate`, `rollout_buffer_size`, `eval_interval`, ...) are accepted too, and
     set the TRL fields they mean (see `comlrl`); they are in the signature, not on the command line.
@@ -296,6 +300,15 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         metadata={
             "help": "vllm_mode='server': one vLLM server URL per agent. None: vllm_server_host with ports "
             "vllm_server_port + i."
+        },
+    )
+
+    # Agents that act (`tools=`, `environment_factory=`), beside TRL's `max_tool_calling_iterations`
+    tool_call_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one tool call may run; past it the call fails and the agent gets the error. None: no "
+            "limit, as in TRL."
         },
     )
 

@@ -13,27 +13,31 @@ from transformers import PreTrainedTokenizerBase
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from . import arguments, checkpoint
+from . import arguments
+from .checkpoint import TeamCheckpointing
 from .config import MAGRPOConfig
 from .console import attach_callbacks
 from .devices import reuse_freed_memory
 from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
+from .environment_lifecycle import EnvironmentLifecycle
 from .generation import build_generator
 from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .rollout import RolloutTree, run_rollout
 from .rollout.credit import team_advantages
-from .team import AgentTeam, optimizer
+from .rollout.worlds import closes_worlds_on_error
+from .team import AgentTeam
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
+from .team.optimizer import AgentLearningRates
 from .timing import Reading, RolloutTimes, UpdateTimes
-from .update.batching import EpochSeededSampler, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
+from .update.batching import loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
 from .update.entropy import TeamEntropyBonus
 from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
 from .update.prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
 
 
-class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, TeamEntropyBonus, GRPOTrainer):
+class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, EnvironmentLifecycle, GRPOTrainer):
     """
     Trainer for MAGRPO: N cooperating agents, one joint reward, multi-turn tree rollouts with feedback between turns.
 
@@ -52,9 +56,11 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
       that continue it (`share_prompts`, as does the prefill of `generate`);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
     - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
-    - `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
     - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, `_load_from_checkpoint`
-      reads them back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest.
+      reads them back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
+      `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
+    - `train`, `evaluate` and `_remove_unused_columns` (`environment_lifecycle`): the environments' instances are
+      closed at the end, and every dataset column is kept for them;
 
     The methods not listed here are helpers of this class, not overrides. TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
@@ -66,7 +72,8 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
             completions per agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`.
         reward_processing_classes, quantization_config, rollout_func (refused, with the reason): GRPOTrainer's.
         tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
-            agent or per agent; one world per joint trajectory, shared by the agents and copied at each branch.
+            agent or per agent; one world per joint action, shared by its agents: pooled in turn 1, forked per branch
+            after it (`rollout.forks`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
         **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, ...): `compat.comlrl`.
@@ -93,6 +100,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
     _tag_names = ["trl", "magrpo", "trl_multiagent"]
     _name = "MAGRPO"
 
+    @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
         self,
         agents: Sequence[str | torch.nn.Module] | None = None,
@@ -121,25 +129,13 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the small
         # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).
         inputs = arguments.prepare(
-            args,
-            agents=agents,
-            model=model,
-            num_agents=num_agents,
-            tokenizer=tokenizer if tokenizer is not None else processing_class,
-            reward_func=reward_func,
-            reward_funcs=reward_funcs,
-            external_transition=external_transition,
-            formatters=formatters,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            peft_config=peft_config,
-            quantization_config=quantization_config,
-            tools=tools,
-            rollout_func=rollout_func,
-            environment_factory=environment_factory,
-            comlrl_arguments=comlrl_arguments,
-            optimizers=optimizers,
-        )
+            args, agents=agents, model=model, num_agents=num_agents,
+            tokenizer=tokenizer if tokenizer is not None else processing_class, reward_func=reward_func,
+            reward_funcs=reward_funcs, external_transition=external_transition, formatters=formatters,
+            train_dataset=train_dataset, eval_dataset=eval_dataset, peft_config=peft_config,
+            quantization_config=quantization_config, tools=tools, rollout_func=rollout_func,
+            environment_factory=environment_factory, comlrl_arguments=comlrl_arguments, optimizers=optimizers,
+        )  # fmt: skip
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
@@ -149,7 +145,7 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
-        with arguments.grpo_trainer_settings(args):
+        with arguments.grpo_trainer_settings(args, self.environment.joint_reward.weights):
             super().__init__(
                 model=self.team,
                 reward_funcs=reward_funcs,
@@ -335,10 +331,6 @@ class MAGRPOTrainer(checkpoint.TeamCheckpointing, optimizer.AgentLearningRates, 
         self._ratio_from_loss.observe(result[0])  # in a loss of on-policy rows: their importance-sampling ratio
         self.loss_entropies = result[1]  # in a loss: for the entropy bonus (`update.entropy`)
         return result
-
-    def _get_train_sampler(self, dataset=None):
-        """GRPOTrainer's sampler, with each epoch's prompt order seeded by the epoch: a resumed run sees the same order."""
-        return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _prepare_inputs(self, generation_batch):
         """As GRPOTrainer's, but each agent's rows are split so that every micro-batch holds every agent."""

@@ -180,21 +180,26 @@ class TeamEnvironment:
 
     def check_functions(self, row: dict, prompts: list, num_turns: int) -> None:
         """Call the reward and the transition once with placeholder answers (the row's first `prompts`), before any
-        generation."""
+        generation. With an environment, each placeholder joint action gets its own world, as in turn 1: a pooled
+        instance reset with the row (`Worlds.check`); they go back to the pool afterwards."""
         count = PLACEHOLDER_JOINT_ACTIONS
         answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
         ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
-        world = self.worlds.check(row, prompts) if self.worlds is not None else None
-        keywords = self.reward_keywords([row] * count, [prompts] * count, [world] * count)
-        with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
-            self.joint_reward(answers, 1, keywords, ids)
-        if self.transition is not None and num_turns > 1:
-            branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
-            history = branch_history([[p] for p in prompts], [[a] for a in branch], 0.0, row)
+        worlds = self.worlds.check(row, prompts, count, num_turns) if self.worlds is not None else [None] * count
+        try:
+            keywords = self.reward_keywords([row] * count, [prompts] * count, worlds)
+            with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
+                self.joint_reward(answers, 1, keywords, ids)
+            if self.transition is not None and num_turns > 1:
+                branch = [a[0] for a in answers]  # the first joint action goes on to turn 2
+                history = branch_history([[p] for p in prompts], [[a] for a in branch], 0.0, row)
+                if self.worlds is not None:
+                    history["environments"] = [worlds[0]] * self.num_agents
+                with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
+                    self._transitions([row], [(row.get("prompt"), branch, history)], 1)
+        finally:
             if self.worlds is not None:
-                history["environments"] = [world] * self.num_agents
-            with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
-                self._transitions([row], [(row.get("prompt"), branch, history)], 1)
+                self.worlds.release()
 
     # ------------------------------------------------------------------ helpers
 

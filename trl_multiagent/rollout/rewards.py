@@ -12,7 +12,12 @@ convention from its signature or its return shape says so once, at WARNING, with
   `MAGRPOConfig.agent_reward_aggregation` (mean over agents by default).
 * **Joint, batched** (`joint`, and the default for every other function): ``f(completions_agent_0,
   completions_agent_1, ...)``, one list per agent aligned by joint action, returns one value per joint action. A
-  function with a single positional parameter gets one list of the agents' lists instead, as CoMLRL calls it.
+  function with a single positional parameter gets one list of the agents' lists instead, as CoMLRL calls it. The
+  completion lists fill the leading positional parameters that are not keywords the trainer passes (nor dataset
+  columns): a function whose parameters are all such keywords, TRL's environment reward ``f(environments,
+  **kwargs)`` or ``f(**kwargs)``, gets no completion list and is called by keywords only, once per turn, to score each
+  joint action from its world (`environments`, one per joint action). Read from the signature, this says so once at
+  WARNING.
 * **Joint, one joint action per call** (`per_joint_action`, CoMLRL 1.4.3's convention): called once per joint action,
   with one-element lists and ``batch_items=[row]`` and ``prompts=[agent 0's prompt]`` as CoMLRL passes them; it returns
   one value or a list of one. Without the wrapper, a joint function that returns a list of one value when given
@@ -95,8 +100,9 @@ def aggregate_agents(aggregation, per_agent: list[list[float | None]]) -> list[f
 def joint(func: Callable) -> Callable:
     """State that `func` is a joint reward: ``func(completions_agent_0, completions_agent_1, ...)``, one list of
     completions per agent aligned by joint action (a function with one positional parameter gets one list of the
-    agents' lists), returning one value per joint action. A wrong count is then an error, never read as CoMLRL's
-    one-joint-action-per-call convention.
+    agents' lists; one whose parameters are all keywords the trainer passes, such as TRL's ``f(environments,
+    **kwargs)``, gets no list and is called by keywords), returning one value per joint action. A wrong count is then
+    an error, never read as CoMLRL's one-joint-action-per-call convention.
 
     >>> @joint
     ... def same_length(completions_0, completions_1):
@@ -199,9 +205,19 @@ def is_per_agent(func) -> bool:
     return takes_any and any(name in names for name in PER_AGENT_NAMES)
 
 
-def _say_inferred(func, name: str, per_agent: bool, one_list: bool) -> None:
+def _say_inferred(func, name: str, per_agent: bool, one_list: bool, by_keywords: bool = False) -> None:
     """Once per function, at WARNING: the convention read from its signature, and how to state it."""
     if stated_convention(func) is not None or isinstance(func, (str, torch.nn.Module)):
+        return
+    if by_keywords:
+        logger.warning_once(
+            f"Reward function {name!r}{inspect.signature(func)} names no completions, so it is read as a joint reward "
+            "called by keywords only, once per turn: `environments` holds each joint action's world (with "
+            "environment_factory; the world the whole team acted on), `prompts` each agent's prompts, and it returns "
+            "one value per joint action (TRL's environment reward, `def reward_func(environments, **kwargs)`). State "
+            f"it with joint({name}) (from trl_multiagent), or name `completions` and state per_agent({name}) to score "
+            "each agent's completions (TRL's convention)."
+        )
         return
     if per_agent and not getattr(func, "__module__", "").startswith("trl."):  # TRL's own rewards are per-agent
         logger.warning_once(
@@ -226,6 +242,31 @@ def reward_name(func) -> str:
     if isinstance(func, torch.nn.Module):
         return str(getattr(func.config, "_name_or_path", "") or type(func).__name__).rstrip("/").split("/")[-1]
     return callable_name(func)
+
+
+def resolve_weights(weights: Sequence[float] | None, names: list[str], world_rewards: list) -> list[float] | None:
+    """`reward_weights` for the reward functions (`names`) followed by the environments' `get_reward` columns. TRL's
+    rule: `reward_weights` covers the reward functions and each column gets weight 1 after them; a team may also give
+    one weight more per column to set it. None: every weight 1.
+
+    >>> resolve_weights([0.5], ["format"], [lambda: 0])
+    [0.5, 1.0]
+    >>> resolve_weights([0.5, 2.0], ["format"], [lambda: 0])
+    [0.5, 2.0]
+    """
+    if weights is None or not world_rewards:
+        return None if weights is None else list(weights)
+    columns = [callable_name(f) for f in world_rewards]
+    if len(weights) == len(names):
+        return [*weights, *[1.0] * len(world_rewards)]  # TRL's weight for an environment's reward
+    if len(weights) == len(names) + len(world_rewards):
+        return list(weights)
+    raise ValueError(
+        f"MAGRPOConfig: reward_weights has {len(weights)} weights ({list(weights)}) for the {len(names)} reward "
+        f"functions {names} and the environments' get_reward columns {columns}. Give {len(names)} (one per reward "
+        f"function; each column then gets weight 1, as in TRL) or {len(names) + len(world_rewards)} (the columns' "
+        "weights last)."
+    )
 
 
 class JointReward:
@@ -269,6 +310,7 @@ class JointReward:
             for p, c in zip(self.per_agent, stated, strict=True)
         ]
         self.one_list = [False] * len(self.funcs)
+        self.by_keywords = [False] * len(self.funcs)  # joint, with no completion list: TRL's f(environments, **kwargs)
         self.processing_classes: list = [None] * len(self.funcs)
         for f, (func, name) in enumerate(zip(self.funcs, self.names, strict=True)):
             if self.per_agent[f]:
@@ -278,15 +320,19 @@ class JointReward:
                 continue
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
-            self.one_list[f] = num_agents > 1 and _positional_count(func) == 1
-            args = [[]] if self.one_list[f] else [[]] * num_agents
+            slots = _completion_slots(func, [*self.KEYWORDS, *columns])
+            self.by_keywords[f] = slots == 0
+            self.one_list[f] = num_agents > 1 and slots == 1
+            args = [] if self.by_keywords[f] else [[]] if self.one_list[f] else [[]] * num_agents
             shape = (
-                "one list of the agents' completion lists"
+                "no completion list (its parameters are all keywords)"
+                if self.by_keywords[f]
+                else "one list of the agents' completion lists"
                 if self.one_list[f]
                 else (f"{num_agents} positional lists of completions (one per agent)")
             )
             self._check_binds(func, name, args, (), columns, f"with {shape}")
-            _say_inferred(func, name, per_agent=False, one_list=self.one_list[f])
+            _say_inferred(func, name, per_agent=False, one_list=self.one_list[f], by_keywords=self.by_keywords[f])
 
     def _check_binds(self, func, name, args, required, columns, how: str) -> None:
         keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *required, *columns]))
@@ -433,7 +479,7 @@ class JointReward:
 
     def _call_joint(self, f: int, completions, keywords: dict, actions: list[int], turn: int):
         func = self.funcs[f]
-        args = [list(completions)] if self.one_list[f] else completions
+        args = [] if self.by_keywords[f] else [list(completions)] if self.one_list[f] else completions
         keywords = self._with_log_extra(f, keywords, actions, turn)
         return _run(func(*args, **_pick_keywords(func, keywords)))
 
@@ -443,8 +489,8 @@ class JointReward:
         for key, value in keywords.items():
             if key == "prompts":
                 one[key] = [value[0][j]]  # CoMLRL's: the prompt of joint action j (agent 0's)
-            elif key == "batch_items" or (key not in self.KEYWORDS and isinstance(value, list)):
-                one[key] = [value[j]]  # a dataset column, or the rows
+            elif key in ("batch_items", "environments") or (key not in self.KEYWORDS and isinstance(value, list)):
+                one[key] = [value[j]]  # a dataset column, the rows, or the worlds
             else:
                 one[key] = value
         values = self._call_joint(f, [[c[j]] for c in completions], one, [j], turn)
@@ -525,12 +571,25 @@ def group_normalized(values: Sequence[float | None], groups: Sequence[int]) -> l
     return normalized
 
 
-def _positional_count(func) -> int | None:
-    """Positional parameters a function takes; None when it takes ``*args`` (any number)."""
+def _completion_slots(func, keywords: Sequence[str]) -> int | None:
+    """How many completion lists a joint function takes by position: its leading required positional parameters up to
+    the first one named like a keyword the trainer passes (or a dataset column), which is passed by name; None when it
+    takes ``*args`` (any number).
+
+    >>> _completion_slots(lambda c0, c1, environments=None: 0, ["environments"])
+    2
+    >>> _completion_slots(lambda environments, **kwargs: 0, ["environments"])
+    0
+    """
     params = inspect.signature(func).parameters.values()
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+    slots = 0
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in keywords:
+            break
+        slots += p.default is p.empty
+    return slots
 
 
 @torch.inference_mode()

@@ -17,8 +17,6 @@ The loop (`tool_loop`) takes its model work as functions, so it is tested withou
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from trl.chat_template_utils import (
 )
 
 from ..generation.output import Generation
-from .callables import _run
+from .calls import call_tools, check_timeout
 
 
 def tools_per_agent(tools, num_agents: int) -> list[list[Callable]]:
@@ -106,48 +104,6 @@ class ToolResults:
     messages: list[list[dict]]
 
 
-def call_tools(tool_calls: list[dict], tools: dict[str, Callable]) -> tuple[list[dict], int]:
-    """Run one completion's tool calls (async ones together on one event loop); the tool messages, in call order, and
-    how many failed. A failure gives ``{"error": ...}`` as the tool's result, as in TRL.
-
-    >>> def add(a: int, b: int) -> int:
-    ...     return a + b
-    >>> call = lambda name, **arguments: {"type": "function", "function": {"name": name, "arguments": arguments}}
-    >>> messages, failures = call_tools([call("add", a=1, b=2), call("mul", a=1), call("add", a=1)], {"add": add})
-    >>> for message in messages:
-    ...     print(message["content"])
-    3
-    {'error': 'Tool mul not found.'}
-    {'error': "add() missing 1 required positional argument: 'b'"}
-    >>> failures
-    2
-    """
-    results: list[Any] = []
-    for call in tool_calls:
-        name = call.get("function", {}).get("name") or call.get("name", "unknown")
-        try:
-            if call.get("type") != "function":
-                raise ValueError(f"Unsupported tool call type: {call.get('type')}")
-            if name not in tools:
-                raise ValueError(f"Tool {name} not found.")
-            results.append((name, tools[name](**call["function"]["arguments"])))
-        except Exception as err:
-            results.append((name, err))
-    pending = [i for i, (_, value) in enumerate(results) if inspect.isawaitable(value)]
-    if pending:
-        done = _run(asyncio.gather(*(results[i][1] for i in pending), return_exceptions=True))
-        for i, value in zip(pending, done, strict=True):
-            results[i] = (results[i][0], value)
-    messages, failures = [], 0
-    for name, value in results:
-        if isinstance(value, BaseException):
-            failures += 1
-            value = {"error": str(value)}
-        content = value if isinstance(value, list) else str(value)
-        messages.append({"role": "tool", "name": name, "content": content})
-    return messages, failures
-
-
 def tool_loop(
     prompt_ids: Sequence[list[int]],
     completion_ids: Sequence[list[int]],
@@ -161,6 +117,8 @@ def tool_loop(
     max_completion_length: int,
     max_model_length: int | None = None,
     any_left: Callable[[bool], bool] = bool,
+    ran: Callable[[int, list[dict], list[dict]], None] | None = None,
+    timeout: float | None = None,
 ) -> ToolResults:
     """TRL's tool-calling loop over one agent's completions.
 
@@ -173,6 +131,9 @@ def tool_loop(
             every round on every process, with no sequence where this one has none.
         max_iterations: rounds of tool calls at most (None: no limit, TRL's default).
         any_left: whether any process still has tool calls (distributed: every process runs the same rounds).
+        ran: ``ran(completion, tool_calls, tool_messages)`` after each completion's calls ran, rolled back or not (an
+            environment records the calls made on its world).
+        timeout: seconds one call may run (`MAGRPOConfig.tool_call_timeout`; None: no limit).
     """
     completion_ids = [list(ids) for ids in completion_ids]
     masks = [[1] * len(ids) for ids in completion_ids]
@@ -184,7 +145,9 @@ def tool_loop(
     while any_left(bool(pending)) and (max_iterations is None or rounds < max_iterations):
         ready = []  # (completion, tool tokens, prompt + completion + tool tokens)
         for c, tool_calls in pending:
-            results, failed = call_tools(tool_calls, tools[c])
+            results, failed = call_tools(tool_calls, tools[c], timeout)
+            if ran is not None:
+                ran(c, tool_calls, results)
             calls[c], failures[c] = calls[c] + len(tool_calls), failures[c] + failed
             suffix = suffix_ids(results)
             ids = list(prompt_ids[c]) + completion_ids[c] + suffix
@@ -220,6 +183,7 @@ class ToolCalling:
         max_iterations: `max_tool_calling_iterations` (None: no limit).
         max_completion_length: the budget of a completion, tool results included (as in TRL).
         chat_template_kwargs: GRPOConfig's, for rendering tool results.
+        timeout: `MAGRPOConfig.tool_call_timeout`, seconds one tool call may run (None: no limit).
     """
 
     def __init__(
@@ -231,7 +195,10 @@ class ToolCalling:
         max_iterations: int | None,
         max_completion_length: int,
         chat_template_kwargs: dict | None = None,
+        timeout: float | None = None,
     ):
+        check_timeout(timeout)
+        self.timeout = timeout
         self.tools = tools_per_agent(tools, len(tokenizers))
         self.worlds = worlds
         self.tokenizers = tokenizers
@@ -291,6 +258,8 @@ class ToolCalling:
             max_completion_length=self.max_completion_length,
             max_model_length=generator.context_lengths[agent],
             any_left=any_left,
+            ran=(lambda c, calls, results: self.worlds.record(worlds[c], agent, calls, results)) if worlds else None,
+            timeout=self.timeout,
         )
         texts = tokenizer.batch_decode(results.completion_ids, skip_special_tokens=True)
         return Generation(

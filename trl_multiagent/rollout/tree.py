@@ -36,7 +36,9 @@ class Node:
     sampling_logps: list[list[list[float]]] = field(default_factory=list)
     joint_actions: list[int] = field(default_factory=list)  # ids of this node's joint actions
     terminated: bool = False  # ended by early termination (mean joint reward above the threshold)
-    environment: Any = None  # the world at the start of this node's turn (`environment_factory`), else None
+    # With `environment_factory`, from turn 2: the world its parent joint action left, which each of its joint actions
+    # forks (`worlds.Worlds.fork`). None at a root: its joint actions act on pooled instances reset with the row.
+    environment: Any = None
     # With tools: [agent][k] 1 on the model's tokens, 0 on tool results (TRL's `tool_mask`), and the calls made and
     # the calls that failed in each completion
     tool_masks: list[list[list[int]]] = field(default_factory=list)
@@ -55,7 +57,7 @@ class JointAction:
     child: int | None = None  # id of the node it expanded into, if the branch went on
     pruned: bool = False  # its node went on, but `branching` did not continue this joint action
     own_rewards: list[float] | None = None  # each agent's own reward, where per-agent rewards exist
-    environment: Any = None  # this joint action's own copy of its node's world, which its agents acted on
+    environment: Any = None  # this joint action's own world (a pooled instance in turn 1, a fork later), acted on
     # with multi_objective_aggregation="normalize_then_sum": the reward normalised within its node, which credit uses
     normalized_reward: float | None = None
 
@@ -165,22 +167,25 @@ def run_rollout(
     sync = sync or local_sync
     tree = RolloutTree()
     choices = joint_choices(num_agents, num_generations, joint_mode)
-    live = []
+    live, forks = [], {}  # forks: live node -> the world of each of its joint actions (aligned: completion k's)
+    if worlds is not None:
+        worlds.release()  # the last rollout's worlds go back to the pool
     for r, row in enumerate(rows):
-        prompts, world = list(agent_prompts(row)), None
-        if worlds is not None:
-            world, prompts = worlds.start(row, prompts)
-        tree.nodes.append(Node(row=r, turn=1, prompts=prompts, parent=None, environment=world))
+        prompts = list(agent_prompts(row))
+        if worlds is not None:  # turn 1 needs no copy: one pooled instance per joint action, reset with the row
+            forks[len(tree.nodes)], prompts = worlds.start(row, prompts, num_generations)
+        tree.nodes.append(Node(row=r, turn=1, prompts=prompts, parent=None))
         live.append(len(tree.nodes) - 1)
 
     for turn in range(1, num_turns + 1):
         # A failure in this turn's generation, reward or transition is handed to `sync`, which re-raises it here and
         # stops the other processes too, instead of leaving them waiting in the next collective.
         try:
-            # Joint action k of a node acts on its own copy of the node's world (aligned: completion k of every agent)
-            forks = {}
-            if worlds is not None:
-                forks = {n: [worlds.fork(tree.nodes[n].environment) for _ in range(num_generations)] for n in live}
+            # Joint action k of a later node acts on its own fork of the node's world (aligned: completion k of each agent)
+            if worlds is not None and turn > 1:
+                forks = {
+                    n: [worlds.fork(tree.nodes[n].environment, turn) for _ in range(num_generations)] for n in live
+                }
             acted_on = [world for n in live for world in forks[n]] if worlds is not None else None
             for agent in range(num_agents):
                 prompts = [tree.nodes[n].prompts[agent] for n in live]

@@ -1,4 +1,4 @@
-"""TRL's `environment_factory` for a team: one world per joint trajectory, shared by the agents, copied at each branch.
+"""TRL's `environment_factory` for a team: one world per joint action, shared by its agents, forked at each branch.
 
 TRL's contract, kept: the factory (a class or callable, or a dict of them routed by the row's ``environment``
 column) returns an object with ``reset(**row) -> str | None``; a returned string is added to the last user message of
@@ -8,11 +8,13 @@ functions receive ``environments=``.
 
 What a team adds:
 
-* **One world per rollout root, shared by the team.** It is made and reset once per dataset row of a rollout.
-* **Each branch continues on its own copy.** Joint action k of a node acts on ``copy.deepcopy`` of the node's world;
-  the node it expands into starts from that copy. A world that holds what cannot be copied (a process, a socket)
-  defines ``__deepcopy__(self, memo)``, Python's own hook, returning a new world with the same state: TRL would expose a
-  public ``fork`` method as a tool, a dunder it never sees.
+* **One world per joint action, shared by its agents.** In turn 1 each joint action of a row acts on its own pooled
+  instance (`rollout.pool`: constructed once, reset often, as TRL 1.16 pools them), reset with the row; a joint
+  action's agents act on it in turn. From turn 2, joint action k of a node acts on its own fork of the world its parent
+  joint action left (`rollout.forks`: ``copy.deepcopy``, else the class's ``_fork()``, else replay of the branch's tool
+  calls on a reset instance).
+* **Closed once.** Every instance made (pooled, copied or forked) that defines ``close()`` is closed once: copies when
+  the next rollout starts, the pool at the end of training or on an error.
 * **Per-agent tools.** A class attribute ``agent_tools``, one list of method names per agent (or a dict from agent
   index to names; agents left out get every tool), gives agent i only those methods. TRL ignores the attribute, so the
   same class still runs under GRPOTrainer.
@@ -37,28 +39,45 @@ What a team adds:
 ...         '''Read the shared notebook.'''
 ...         return " | ".join(self.notes)
 >>> worlds = Worlds(Notebook, num_agents=2)
->>> world, prompts = worlds.start({"prompt": "hi"}, ["hi", "hi"])
->>> [tool.__name__ for tool in worlds.tools(world, 0)], [tool.__name__ for tool in worlds.tools(world, 1)]
+>>> (first, second), prompts = worlds.start({"prompt": "hi"}, ["hi", "hi"], count=2)  # two joint actions of turn 1
+>>> [tool.__name__ for tool in worlds.tools(first, 0)], [tool.__name__ for tool in worlds.tools(first, 1)]
 (['write'], ['read'])
->>> branch = worlds.fork(world); _ = branch.write("x")
->>> world.notes, branch.notes
-([], ['x'])
+>>> _ = first.write("x")
+>>> branch = worlds.fork(first, turn=2); _ = branch.write("y")
+>>> first.notes, second.notes, branch.notes
+(['x'], [], ['x', 'y'])
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
+from transformers.utils import logging
 
-RESERVED_METHODS = ("reset", "get_reward")
+from .callables import _short
+from .calls import call_tools
+from .forks import FORK_HOOK, Journal, Round, random_state, replay, set_random_state
+from .pool import WorldPool
+
+
+logger = logging.get_logger(__name__)
+
+
+# TRL reserves `reset` and `get_reward`. `close` is reserved too: the trainer calls it once when training ends, so an
+# agent must not be able to call it mid-rollout (TRL, which never closes an environment, would make it a tool).
+RESERVED_METHODS = ("reset", "get_reward", "close")
 
 
 def tool_method_names(cls: type) -> list[str]:
-    """TRL's rule: every public function of the class but `reset` and `get_reward` is a tool (listed on the class, as
-    TRL does, so that properties are not evaluated)."""
+    """TRL's rule: every public function of the class but `reset`, `get_reward` (and `close`, here) is a tool (listed
+    on the class, as TRL does, so that properties are not evaluated)."""
     return [
         name
         for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
@@ -95,89 +114,204 @@ def _per_agent_names(cls: type, names: list[str], num_agents: int) -> list[list[
 
 
 class Worlds:
-    """The team's environments: made and reset per rollout root (`start`), copied per joint action (`fork`), each
-    agent's tools bound to one world (`tools`), and the `get_reward` columns (`reward_funcs`).
+    """The team's environments: pooled instances reset per joint action of turn 1 (`start`), a fork per joint action
+    of later turns (`fork`), each agent's tools bound to one world (`tools`) and the calls made on it (`record`), the
+    `get_reward` columns (`reward_funcs`), and `close`.
 
     Args:
         environment_factory: TRL's: a callable returning a world, or a dict of them routed by the row's
             ``environment`` column.
         num_agents: the team's size (for `agent_tools`).
+        tool_call_timeout: seconds one tool call may run (None: no limit); replay runs the recorded calls with it, as
+            they first ran.
     """
 
-    def __init__(self, environment_factory, num_agents: int):
+    def __init__(self, environment_factory, num_agents: int, tool_call_timeout: float | None = None):
         self.routed = isinstance(environment_factory, dict)
-        self.factories = environment_factory if self.routed else {None: environment_factory}
+        factories = environment_factory if self.routed else {None: environment_factory}
         self.num_agents = num_agents
+        self.call_tools = partial(call_tools, timeout=tool_call_timeout)
         self.agent_names: dict[type, list[list[str]]] = {}  # per world class, each agent's tool method names
         self.reward_funcs: list[Callable] = []
-        for name, factory in self.factories.items():
-            where = "environment_factory" + ("" if name is None else f"[{name!r}]")
-            if not callable(factory):
-                raise TypeError(
-                    f"MAGRPOTrainer: {where} must be a class or callable making an environment, got {factory!r}."
-                )
-            probe = factory()  # as TRL: one instance at start-up, to read its tools
-            cls = type(probe)
-            if not callable(getattr(probe, "reset", None)):
-                raise ValueError(
-                    f"MAGRPOTrainer: the environment {cls.__name__} (from {where}) must define a callable "
-                    "`reset(**row)`, as TRL asks."
-                )
-            if cls not in self.agent_names:
-                self.agent_names[cls] = _per_agent_names(cls, tool_method_names(cls), num_agents)
-                if callable(getattr(probe, "get_reward", None)):
-                    self.reward_funcs.append(_reward_column(cls))
+        self.fork_methods: dict[type, str] = {}  # per world class: "copy", "hook" or "replay", once known
+        self.journals: dict[int, tuple[Any, Journal]] = {}  # id(world) -> (world, journal), for this rollout's worlds
+        self.pool = WorldPool(factories)
+        made_here = _made_here.get()
+        if made_here is not None:
+            made_here.append(self)
+        try:
+            for name, factory in factories.items():
+                self._probe(name, factory)
+        except BaseException:  # a refused environment: the probes made so far close
+            self.close()
+            raise
 
-    def factory(self, row: dict) -> Callable:
+    def _probe(self, name, factory) -> None:
+        """As TRL: one instance at start-up, to check `reset` and read its tools; it seeds the pool."""
+        where = "environment_factory" + ("" if name is None else f"[{name!r}]")
+        if not callable(factory):
+            raise TypeError(
+                f"MAGRPOTrainer: {where} must be a class or callable making an environment, got {factory!r}."
+            )
+        probe = factory()
+        self.pool.seed(name, probe)
+        cls = type(probe)
+        if not callable(getattr(probe, "reset", None)):
+            raise ValueError(
+                f"MAGRPOTrainer: the environment {cls.__name__} (from {where}) must define a callable "
+                "`reset(**row)`, as TRL asks."
+            )
+        if cls not in self.agent_names:
+            self.agent_names[cls] = _per_agent_names(cls, tool_method_names(cls), self.num_agents)
+            if callable(getattr(probe, "get_reward", None)):
+                self.reward_funcs.append(_reward_column(cls))
+
+    def route(self, row: dict):
+        """The routing key of the row's environment (None for a single factory)."""
         if not self.routed:
-            return self.factories[None]
+            return None
         name = row.get("environment")
-        if name not in self.factories:
+        if name not in self.pool.factories:
             raise ValueError(
                 f"MAGRPOTrainer: a dataset row has environment={name!r}, which is not among the environments passed "
-                f"to `environment_factory`: {list(self.factories)}. Each row's 'environment' column names one."
+                f"to `environment_factory`: {list(self.pool.factories)}. Each row's 'environment' column names one."
             )
-        return self.factories[name]
+        return name
 
-    def start(self, row: dict, prompts: list) -> tuple[Any, list]:
-        """A new world for `row`, reset with the row's columns (less the routing column), and the first prompts with
-        the reset's observation added to each agent's last user message."""
-        world = self.factory(row)()
+    def release(self) -> None:
+        """A rollout starts: the last one's worlds go back to the pool (its copies are closed)."""
+        self.journals = {}
+        self.pool.release()
+
+    def start(self, row: dict, prompts: list, count: int) -> tuple[list, list]:
+        """The worlds of a row's `count` joint actions in turn 1: pooled instances, each reset with the row's columns
+        (less the routing column), and the first prompts with the reset's observation added to each agent's last user
+        message. The joint actions of a row share their prompts, so each reset starts from the same global random
+        state (Python's and NumPy's: an environment that draws its task from them draws the same one) and must return
+        the same observation."""
+        name = self.route(row)
         columns = {k: v for k, v in row.items() if k != "environment"} if self.routed else row
-        observation = world.reset(**columns)
-        if observation is None:
-            return world, prompts
-        return world, [with_observation(prompt, observation) for prompt in prompts]
+        before = random_state()
+        worlds, observations, after = [], [], None
+        for _ in range(count):
+            world = self.pool.take(name)
+            journal = Journal(name, columns, before, None)
+            observation, left = self._reset(world, journal)
+            after = after or left  # where one reset leaves it, as if the row had one world
+            worlds.append(world)
+            observations.append(observation)
+            self.journals[id(world)] = (world, replace(journal, observation=observation))
+        if after is not None:
+            set_random_state(after)
+        for k, observation in enumerate(observations[1:], start=1):
+            if observation != observations[0]:
+                cls = type(worlds[0]).__name__
+                raise ValueError(
+                    f"MAGRPOTrainer: {cls}.reset(**row) returned {_short(observations[0])} for joint action 0 of the "
+                    f"row {_short(row)}, and {_short(observation)} for joint action {k}. The {count} joint actions of "
+                    "a row share one prompt per agent, so reset must return the same observation for the same row: "
+                    "draw its randomness from the row's columns, or from Python's or NumPy's global random state "
+                    "(each reset of a row starts from the same one)."
+                )
+        if not observations or observations[0] is None:
+            return worlds, prompts
+        return worlds, [with_observation(prompt, observations[0]) for prompt in prompts]
 
-    def fork(self, world: Any) -> Any:
-        """The world's copy for one joint action: `copy.deepcopy` (which calls the world's `__deepcopy__` if any)."""
-        name = type(world).__name__
+    def _reset(self, world, journal: Journal) -> tuple[Any, tuple]:
+        """`world.reset(**columns)` from the journal's global random state: its observation and the random state it
+        left. The global state is left as it was (a replay must not move the training's random stream)."""
+        now = random_state()
+        set_random_state(journal.random_state)
         try:
-            copied = copy.deepcopy(world)
+            return world.reset(**journal.columns), random_state()
         except Exception as err:
-            raise TypeError(
-                f"MAGRPOTrainer: the environment {name} cannot be copied for a branch of the rollout tree "
-                f"(copy.deepcopy raised {type(err).__name__}: {err}). Each joint action acts on its own copy of its "
-                f"node's world. Define `{name}.__deepcopy__(self, memo)` to return a new {name} with the same state "
-                "(re-open a process or a connection there), or keep such resources outside the environment."
+            raise RuntimeError(
+                f"MAGRPOTrainer: {type(world).__name__}.reset(**row) raised {type(err).__name__}: {err}, on the row "
+                f"{_short(journal.columns)}."
             ) from err
-        if copied is world:
+        finally:
+            set_random_state(now)
+
+    def fork(self, world: Any, turn: int) -> Any:
+        """A world in `world`'s state for one joint action of `turn` (> 1): `copy.deepcopy`, else the class's
+        `_fork()`, else replay (`rollout.forks`). Which one a class uses is said once, at WARNING."""
+        cls = type(world)
+        _, journal = self.journals[id(world)]
+        method, why = self.fork_methods.get(cls, "copy"), ""
+        forked = None
+        if method == "copy":
+            try:
+                forked = copy.deepcopy(world)
+            except Exception as err:
+                why = f"copy.deepcopy raised {type(err).__name__}: {err}"
+                method = "hook" if callable(getattr(world, FORK_HOOK, None)) else "replay"
+        if method == "hook":
+            forked = getattr(world, FORK_HOOK)()
+        if forked is world:
+            how = f"{cls.__name__}.__deepcopy__" if method == "copy" else f"{cls.__name__}.{FORK_HOOK}()"
             raise TypeError(
-                f"MAGRPOTrainer: copy.deepcopy of the environment {name} returned the same object, so sibling branches "
-                f"would share one world. `{name}.__deepcopy__` must return a new instance."
+                f"MAGRPOTrainer: {how} returned the same object, so sibling branches would share one world; it must "
+                f"return a new {cls.__name__} in the same state."
             )
-        return copied
+        if method == "replay":
+            forked = self.pool.take(journal.name)
+            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, self.call_tools, turn)
+        else:
+            self.pool.adopt(forked)
+        if self.fork_methods.get(cls) != method:  # the first fork of the class, or a copy that failed this time
+            self.fork_methods[cls] = method
+            logger.warning_once(_FORK_SAID[method].format(cls=cls.__name__, why=why, hook=FORK_HOOK))
+        self.journals[id(forked)] = (forked, journal.branch(turn))
+        return forked
 
     def tools(self, world: Any, agent: int) -> list[Callable]:
         """Agent `agent`'s tools: the world's methods it may call, bound to this world."""
         return [getattr(world, name) for name in self.agent_names[type(world)][agent]]
 
-    def check(self, row: dict, prompts: list) -> Any:
-        """Before any generation: start one world on `row` and fork it once (a world that cannot be copied fails
-        here, not after the first generation). Returns the world."""
-        world, _ = self.start(row, prompts)
-        self.fork(world)
-        return world
+    def _tool_dict(self, world: Any, agent: int) -> dict[str, Callable]:
+        return {tool.__name__: tool for tool in self.tools(world, agent)}
+
+    def record(self, world: Any, agent: int, calls: list[dict], messages: list[dict]) -> None:
+        """The calls of `world`'s tools among one completion's round of `calls` (and their tool `messages`), kept in
+        the world's journal so that a fork can replay them. Recorded when they ran, even if the round is rolled back:
+        the world changed."""
+        _, journal = self.journals[id(world)]
+        names = self.agent_names[type(world)][agent]
+        ours = [(c, m["content"]) for c, m in zip(calls, messages, strict=True) if _call_name(c) in names]
+        if ours:
+            journal.rounds.append(Round(journal.turn, agent, [c for c, _ in ours], [m for _, m in ours]))
+
+    def check(self, row: dict, prompts: list, count: int, num_turns: int) -> list:
+        """Before any generation: the worlds of `count` joint actions on `row` (distinct pooled instances, each reset
+        with the row, as in turn 1), and with several turns one fork, so that the class's fork method is known (and
+        said) before training. Returns the worlds; `release` gives them back."""
+        worlds, _ = self.start(row, prompts, count)
+        if num_turns > 1:
+            self.fork(worlds[0], 2)
+        return worlds
+
+    def close(self) -> None:
+        """Close every instance made (pooled or copied) that defines `close()`, once each."""
+        self.journals = {}
+        self.pool.close()
+
+
+_FORK_SAID = {
+    "copy": "MAGRPOTrainer: the environment {cls} is forked for each joint action after turn 1 by copy.deepcopy "
+    "(one copy of its state per fork).",
+    "hook": "MAGRPOTrainer: the environment {cls} cannot be deep-copied ({why}); it is forked for each joint action "
+    "after turn 1 by its own {cls}.{hook}().",
+    "replay": "MAGRPOTrainer: the environment {cls} cannot be deep-copied ({why}) and defines no {hook}(self); it is "
+    "forked for each joint action after turn 1 by replay: a pooled instance is reset with the row and the branch's "
+    "earlier tool calls are run on it again, in order, each fork costing a reset and every call since. Replay needs "
+    "a deterministic environment, and a replayed result that differs from the recorded one is an error. Define "
+    "{cls}.__deepcopy__(self, memo) or {cls}.{hook}(self), returning a new instance in the same state, to fork it "
+    "by copying.",
+}
+
+
+def _call_name(call: dict) -> str | None:
+    return call.get("function", {}).get("name")
 
 
 def with_observation(prompt, observation):
@@ -223,3 +357,27 @@ def _reward_column(cls: type) -> Callable:
     reward.__name__ = reward.__qualname__ = cls.__name__
     reward.per_agent_reward = per_agent  # read where the columns join the rewards (`arguments.joint_reward`)
     return reward
+
+
+# The `Worlds` made while a `closes_worlds_on_error` function runs (None outside one): building a trainer makes them
+# deep inside `arguments.prepare`, and a failure there or later in the build would leave their instances open.
+_made_here: contextvars.ContextVar[list | None] = contextvars.ContextVar("trl_multiagent_worlds", default=None)
+
+
+def closes_worlds_on_error(function: Callable) -> Callable:
+    """`function`, closing the instances of every `Worlds` made while it runs when it raises (then re-raising)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        made: list = []
+        token = _made_here.set(made)
+        try:
+            return function(*args, **kwargs)
+        except BaseException:
+            for worlds in made:
+                worlds.close()
+            raise
+        finally:
+            _made_here.reset(token)
+
+    return wrapper
