@@ -129,9 +129,9 @@ def test_generation_in_chunks_keeps_nodes_together_and_equals_one_call(tmp_path,
     calls = []
     generate = TransformersGenerator._generate
 
-    def recording(self, model, agent, prompt_ids, *args):
+    def recording(self, model, agent, prompt_ids, *args, **kwargs):
         calls.append(len(prompt_ids))
-        return generate(self, model, agent, prompt_ids, *args)
+        return generate(self, model, agent, prompt_ids, *args, **kwargs)
 
     monkeypatch.setattr(TransformersGenerator, "_generate", recording)
     completions = {}

@@ -378,12 +378,9 @@ def test_prepare_inputs_result_goes_to_compute_loss_as_it_is(trained):
     assert "self._prepare_inputs(inputs)" in inspect.getsource(GRPOTrainer.prediction_step)
 
 
-@contract("trl", "GRPOTrainer._entropy_bonus_enabled", used_in="update/entropy.py")
-def test_entropy_bonus_is_added_only_while_enabled(tmp_path):
-    trainer = grpo_trainer(tmp_path, loss_type="dapo", entropy_coef=0.5)
-    trainer.model.eval()  # no accumulation normaliser
-    assert trainer._entropy_bonus_enabled is True, "GRPOTrainer no longer sets `_entropy_bonus_enabled`"
-    inputs = {
+def two_on_policy_rows() -> dict:
+    """Two rows of 4 completion tokens, advantages 1 and 0.5, no old log-probs: on-policy, every ratio exactly 1."""
+    return {
         "prompt_ids": torch.tensor([[5, 6, 7], [8, 9, 10]]),
         "prompt_mask": torch.ones(2, 3, dtype=torch.long),
         "completion_ids": torch.tensor([[11, 12, 13, 14], [15, 16, 17, 18]]),
@@ -391,6 +388,14 @@ def test_entropy_bonus_is_added_only_while_enabled(tmp_path):
         "advantages": torch.tensor([1.0, 0.5]),
         "num_items_in_batch": torch.tensor(8.0),
     }
+
+
+@contract("trl", "GRPOTrainer._entropy_bonus_enabled", used_in="update/entropy.py")
+def test_entropy_bonus_is_added_only_while_enabled(tmp_path):
+    trainer = grpo_trainer(tmp_path, loss_type="dapo", entropy_coef=0.5)
+    trainer.model.eval()  # no accumulation normaliser
+    assert trainer._entropy_bonus_enabled is True, "GRPOTrainer no longer sets `_entropy_bonus_enabled`"
+    inputs = two_on_policy_rows()
     with torch.no_grad():
         with_bonus = trainer._compute_loss(trainer.model, inputs).item()
         entropy = trainer._metrics["eval"]["entropy"][-1]
@@ -406,14 +411,7 @@ def test_compute_loss_weights_tokens_by_the_importance_sampling_ratio(tmp_path):
     trainer = grpo_trainer(tmp_path, loss_type="dapo")
     trainer.model.eval()  # no accumulation normaliser
     trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True  # as MAGRPOTrainer sets them
-    inputs = {
-        "prompt_ids": torch.tensor([[5, 6, 7], [8, 9, 10]]),
-        "prompt_mask": torch.ones(2, 3, dtype=torch.long),
-        "completion_ids": torch.tensor([[11, 12, 13, 14], [15, 16, 17, 18]]),
-        "completion_mask": torch.ones(2, 4, dtype=torch.long),
-        "advantages": torch.tensor([1.0, 0.5]),
-        "num_items_in_batch": torch.tensor(8.0),
-    }
+    inputs = two_on_policy_rows()
     # On-policy (no old log-probs): the ratio to the old policy is exactly 1, and the dapo loss is
     # -sum(advantage * importance ratio) / tokens, whatever the model.
     with torch.no_grad():

@@ -118,7 +118,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             completions per agent and prompt), `"best"` (the one with the highest joint reward, as AT-GRPO: K*T), or
             `"top"` (the `branching_top_m` best). A joint answer that is not continued has the return of its reward
             plus the discounted mean future of its node's continued joint answers, so siblings differ by their own
-            reward only (docs/credit.md).
+            reward only (docs/how-a-step-works.md, "Credit options from the peers").
         branching_top_m (`int` or `None`, *optional*):
             With `branching="top"`: how many joint answers of each node continue (`>= 1`).
         team_reward_weight (`float`, *optional*, defaults to `1.0`):
@@ -392,7 +392,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         world, local = (int(os.environ.get(name, "1")) for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
         deepspeed = self.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
         if self.save_on_each_node and deepspeed and world > local:
-            # Tested on two nodes with a folder each (tests/test_distributed.py): node 1 could not resume.
+            # (tests/test_distributed.py: with a folder per node, node 1 cannot resume)
             raise ValueError(
                 "MAGRPOConfig: save_on_each_node=True with DeepSpeed on several nodes is not supported: DeepSpeed "
                 "writes its checkpoint's `latest` tag on the first node only, so another node cannot resume from its "

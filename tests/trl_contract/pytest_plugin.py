@@ -77,7 +77,7 @@ def pytest_runtest_logreport(report):
     elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
         entry["outcome"], entry["message"] = "error", "teardown: " + _message(report)
     if report.failed:
-        entry["traceback"] = "\n".join(report.longreprtext.splitlines()[-60:])
+        entry["traceback"] = "\n".join(report.longreprtext.splitlines()[-150:])
     if report.when == "teardown":
         _write()
 

@@ -96,7 +96,7 @@ class TransformersGenerator(Generator):
                 and prefill_applies(generation_config, acting_model)
                 and not (self.zero3 and not self.args.ds3_gather_for_generation)
             )
-            completions, generate = [], partial(self._generate, acting_model, team.generate, agent)
+            completions, generate = [], partial(self._generate, acting_model, agent, team_generate=team.generate)
             for call in calls[:real_calls]:
                 completions += generate(call, num_generations, generation_config, shared)
             device = self.accelerator.device
@@ -124,9 +124,10 @@ class TransformersGenerator(Generator):
         return calls, real_calls
 
     def _generate(
-        self, model, team_generate, agent, prompt_ids, num_generations, generation_config, shared
+        self, model, agent, prompt_ids, num_generations, generation_config, shared, team_generate=None
     ) -> list[list[int]]:
-        """K completions of each prompt by `model` (the acting agent), through `team_generate` (`AgentTeam.generate`)."""
+        """K completions of each prompt by `model` (the acting agent), through `team_generate` (`AgentTeam.generate`,
+        so that a `generate` patched on the team runs; `model.generate` without one)."""
         if self.continuous_batching is not None:
             return self._generate_batch(model, agent, prompt_ids, num_generations, generation_config)
         pad_id = self.tokenizers[agent].pad_token_id
@@ -139,7 +140,7 @@ class TransformersGenerator(Generator):
         # `generation_kwargs={"stop_strings": [...]}` (a GenerationConfig field) needs the tokenizer at `generate`,
         # which GRPOTrainer does not pass, so there it fails; here it stops a completion after the string.
         stops = generation_config.stop_strings is not None
-        output = team_generate(
+        output = (team_generate or model.generate)(
             input_ids=input_ids,
             attention_mask=attention_mask,
             cache=cache,

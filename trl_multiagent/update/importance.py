@@ -94,10 +94,10 @@ def reduce_sampling_stats(gathered: list[dict[int, dict[str, float]]]) -> dict[s
     for key in gathered[0][agents[0]]:
         how = reduce[key.rsplit("/", 1)[1]]
         for agent in agents:
-            values = [p[agent][key] for p in gathered if p[agent][key] == p[agent][key]]
+            values = [p[agent][key] for p in gathered if not math.isnan(p[agent][key])]  # NaN: no token scored
             if values:
                 metrics[f"agent_{agent}/sampling/{key}"] = how(values)
-        values = [p[a][key] for p in gathered for a in agents if p[a][key] == p[a][key]]
+        values = [p[a][key] for p in gathered for a in agents if not math.isnan(p[a][key])]
         if values:
             metrics[f"sampling/{key}"] = how(values)
     return metrics
