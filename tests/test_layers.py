@@ -16,7 +16,7 @@ FLOORS = [
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
-    ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle"],
+    ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle", "trees"],
     ["compat"],
     ["config"],
     ["arguments"],
