@@ -21,7 +21,7 @@ FLOORS = [
     ["config"],
     ["arguments"],
     ["trainer"],
-    ["evaluation"],  # `python -m trl_multiagent.evaluation`: its modules import each other and anything below
+    ["evaluation", "view"],  # the commands `python -m trl_multiagent.evaluation` and `.view`: anything below
     [""],  # the package's __init__
 ]
 OUTSIDE = ("demo", "models", "plot")
