@@ -11,7 +11,11 @@
     if (!cache.has(step)) cache.set(step, JSON.parse(document.getElementById("step-" + step).textContent));
     return cache.get(step);
   }
-  const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+  // HTML-escaped; control characters other than tab and newline (which HTML would drop or rewrite) shown as \xNN
+  const esc = (s) =>
+    String(s)
+      .replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c])
+      .replace(/[\x00-\x08\x0b-\x1f\x7f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
   const fmt = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(4));
   const num = (name, v) => `<span class="${name}" data-value="${v === null || v === undefined ? "" : v}">${name} <b>${fmt(v)}</b></span>`;
   const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
