@@ -123,3 +123,36 @@ def test_every_n_steps(tmp_path, tokenizer):
 def test_a_bad_setting_is_named(tmp_path):
     with pytest.raises(ValueError, match="rollout_trees_steps must be >= 1"):
         MAGRPOConfig(output_dir=str(tmp_path), rollout_trees_steps=0)
+
+
+def test_wandb_gets_each_step_as_a_table_with_a_parent_column(tmp_path, tokenizer, monkeypatch):
+    """report_to="wandb", offline: the run's files hold one `rollout_tree` table per recorded step, whose rows are
+    the recorded joint actions."""
+    pytest.importorskip("wandb")
+    import glob
+    import json
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    trainer = train(tmp_path, tokenizer, report_to="wandb", run_name="trees")
+    import wandb
+
+    wandb.finish()
+    tables = sorted(
+        glob.glob(
+            str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "table" / "rollout_tree_*.table.json")
+        )
+    )
+    assert len(tables) == 2  # steps 1 and 2
+    logged_tables = [json.loads(open(path).read()) for path in tables]
+    by_step = {t["data"][0][t["columns"].index("step")]: t for t in logged_tables}
+    assert sorted(by_step) == [1, 2]
+    for step, logged in by_step.items():
+        columns, rows = tree_table_rows(read_step(step_files(trainer.args.output_dir)[step]))
+        assert logged["columns"] == columns and "parent" in columns
+        assert len(logged["data"]) == len(rows) == 2 * (4 + 4 * 4)  # 2 prompts, 4 + 16 joint actions each
+        ret = columns.index("return")
+        assert [r[ret] for r in logged["data"]] == pytest.approx([r[ret] for r in rows])
+        # the steps are told apart by the `step` column
+        assert {r[columns.index("step")] for r in logged["data"]} == {step}
