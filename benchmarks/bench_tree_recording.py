@@ -15,6 +15,7 @@ import importlib.util
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def load_recipe():
     spec = importlib.util.spec_from_file_location("length_ratio", ROOT / "recipes" / "length_ratio.py")
     recipe = importlib.util.module_from_spec(spec)
+    sys.modules["length_ratio"] = recipe  # its dataclasses look their module up there
     spec.loader.exec_module(recipe)
     return recipe
 

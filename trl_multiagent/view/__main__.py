@@ -11,6 +11,9 @@ import sys
 from .page import ViewError, write_page
 
 
+LARGE_PAGE_MB = 100
+
+
 def serve(path: str, port: int) -> None:
     """Serve the page's folder on 127.0.0.1 only (nothing else on the network can reach it) until Ctrl-C."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=os.path.dirname(os.path.abspath(path)))
@@ -39,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     except ViewError as error:
         print(f"trl_multiagent.view: {error}", file=sys.stderr)
         return 2
-    print(f"Wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB); open it in a browser.")
+    megabytes = os.path.getsize(path) / 1e6
+    print(f"Wrote {path} ({megabytes:.2f} MB); open it in a browser.")
+    if megabytes > LARGE_PAGE_MB:  # measured: opening takes about 1 s per 80 MB, a step switch parses its step
+        print("The page is large: pick fewer steps with --steps (docs/viewer.md, 'How large a tree it handles').")
     if args.serve:
         serve(path, args.port)
     return 0

@@ -45,7 +45,10 @@
     state.doc = loadStep(step);
     $("step").value = String(step);
     const returns = state.doc.prompts.flatMap((p) => p.nodes.flatMap((n) => n.actions.map((a) => a.return))).filter((v) => v !== null);
-    state.range = returns.length ? [Math.min(...returns), Math.max(...returns)] : [0, 1];
+    // a loop, not Math.min(...returns): spreading a few hundred thousand arguments overflows the stack
+    let lo = Infinity, hi = -Infinity;
+    for (const v of returns) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    state.range = returns.length ? [lo, hi] : [0, 1];
     $("lo").textContent = fmt(state.range[0]);
     $("hi").textContent = fmt(state.range[1]);
     $("prompt").innerHTML = state.doc.prompts
@@ -90,7 +93,7 @@
     // Wide columns while the tree fits the box; past that the box scrolls sideways
     const fit = ($("treebox").clientWidth - 70) / width;
     const col = Math.max(26, k * 9 + 12, Math.min(150, fit)), row = 96, left = 46, top = 26;
-    const svgW = left + width * col + 20, turns = Math.max(...nodes.map((n) => n.turn));
+    const svgW = left + width * col + 20, turns = nodes.reduce((m, n) => Math.max(m, n.turn), 1);
     const svgH = top + turns * row;
     const cx = (id) => left + x[id] * col + col / 2, cy = (id) => top + (nodes[id].turn - 1) * row + 14;
     const parts = [];
@@ -188,7 +191,8 @@
     const all = names.flatMap((n) => series[n]);
     if (!all.length) { svg.innerHTML = `<text x="10" y="20">no reward values logged</text>`; return; }
     const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
-    const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    const extent = (vs) => vs.reduce(([a, b], v) => [Math.min(a, v), Math.max(b, v)], [Infinity, -Infinity]);
+    const [[x0, x1], [y0, y1]] = [extent(xs), extent(ys)];
     const sx = (v) => L + ((v - x0) / Math.max(x1 - x0, 1)) * (W - L - R);
     const sy = (v) => H - B - ((v - y0) / Math.max(y1 - y0, 1e-9)) * (H - B - T);
     const parts = [`<line class="axis" x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}"/><line class="axis" x1="${L}" y1="${T}" x2="${L}" y2="${H - B}"/>`,
