@@ -156,3 +156,32 @@ def test_wandb_gets_each_step_as_a_table_with_a_parent_column(tmp_path, tokenize
         assert [r[ret] for r in logged["data"]] == pytest.approx([r[ret] for r in rows])
         # the steps are told apart by the `step` column
         assert {r[columns.index("step")] for r in logged["data"]} == {step}
+
+
+def test_tool_calls_their_results_and_the_worlds_reward_are_recorded(tmp_path, monkeypatch):
+    """A team acting on a shared notebook (tests/test_tools.py's scripted agents): each completion's calls, its failed
+    calls, TRL's messages with the tool results, and the environment's `get_reward` column, per joint action."""
+    from test_tools import COMMON, PROMPTS, Notebook, notebook_script, script_ours
+
+    from trl_multiagent.demo.testing import make_tool_tokenizer
+
+    tokenizer = make_tool_tokenizer()
+    script_ours(monkeypatch, tokenizer, notebook_script)
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
+        reward_func=lambda c0, c1, environments: [0.0] * len(c0), environment_factory=Notebook,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS, "secret": ["alpha", "beta"]}),
+        args=MAGRPOConfig(output_dir=str(tmp_path), reward_weights=[1.0, 2.0], log_rollout_trees=True, **COMMON),
+    )  # fmt: skip
+    trainer.train()
+    document = read_step(step_files(str(tmp_path))[1])
+    nodes = [n for p in document["prompts"] for n in p["nodes"]]
+    completions = [c for n in nodes for a in n["agents"] for c in a["completions"]]
+    assert all(c["tool_calls"] == 1 for c in completions)
+    assert sum(c["tool_failures"] for c in completions) == 2  # `explode` in sample 3, as the metrics count it
+    readers = [c for n in nodes for c in n["agents"][1]["completions"]]
+    tool_results = [m["content"] for m in readers[0]["messages"] if m["role"] == "tool"]
+    assert tool_results == ["alpha"]  # agent 1 read what agent 0 wrote in the same joint action
+    notebook = [a["rewards"]["Notebook"] for n in nodes for a in n["actions"]]
+    assert statistics.mean(notebook) == pytest.approx(3 / 8)  # the world's get_reward, as logged
+    assert trainer.state.log_history[0]["turn_1/rewards/Notebook/mean"] == pytest.approx(3 / 8)
