@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
+from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward, skipped_browser_tests
 from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
@@ -30,8 +30,17 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.fixture
+def browser(shared_browser):
+    """The module's browser; a skip is counted for the run's summary line (conftest.py) once per test."""
+    if isinstance(shared_browser, str):
+        skipped_browser_tests.append(shared_browser)
+        pytest.skip(shared_browser)
+    return shared_browser
+
+
 @pytest.fixture(scope="module")
-def browser():
+def shared_browser():
     missing = []
     try:
         from playwright.sync_api import sync_playwright
@@ -43,7 +52,8 @@ def browser():
         message = f"browser tests need {' and '.join(missing)}"
         if os.environ.get(REQUIRE) == "1":
             pytest.fail(f"{REQUIRE}=1 and the {message}.", pytrace=False)
-        pytest.skip(message)
+        yield message  # `browser` skips each test with it
+        return
     with sync_playwright() as playwright:
         # --no-sandbox: Chromium's own sandbox needs user namespaces, which containers (CI, root) often lack
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
