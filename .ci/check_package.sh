@@ -17,6 +17,9 @@ source = {str(path) for path in pathlib.Path("trl_multiagent").rglob("*.py")}
 missing = sorted(source - packaged)
 if missing:
     sys.exit(f"check_package: {wheel.name} lacks {missing}")
+assets = {"trl_multiagent/view/viewer.js", "trl_multiagent/view/viewer.css"}  # the viewer's page needs them
+if assets - set(zipfile.ZipFile(wheel).namelist()):
+    sys.exit(f"check_package: {wheel.name} lacks {sorted(assets - set(zipfile.ZipFile(wheel).namelist()))}")
 print(f"check_package: {wheel.name} holds all {len(source)} modules")
 PY
 rm -rf "$out" "$log"

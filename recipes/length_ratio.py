@@ -41,6 +41,9 @@ default model (plain prompts, full fine-tuning at TRL's default learning rate):
 
 Precedence: command-line flags > `--config` YAML > DEMO_SIZE (default model only) > RECIPE_DEFAULTS.
 
+Every logged step's rollout tree goes to `<output_dir>/rollout_trees/` (`--log_rollout_trees false` turns it off;
+`python -m trl_multiagent.view <output_dir>` draws them in a browser, docs/viewer.md).
+
 At the end it saves `<output_dir>/agent_{i}/`, `<output_dir>/trainer_state.json`, the curves `<output_dir>/rewards.png`
 (`trl_multiagent.demo.plot`: per-step points and a moving average) and `<output_dir>/evaluation_task.json`, the task
 that `python -m trl_multiagent.evaluation <output_dir>` evaluates the saved team on (this reward and transition, the
@@ -90,6 +93,8 @@ RECIPE_DEFAULTS = {
     "max_completion_length": 64,
     "logging_steps": 1,
     "early_termination_threshold": 0.9,
+    # each logged step's rollout tree under <output_dir>/rollout_trees/, for `python -m trl_multiagent.view`
+    "log_rollout_trees": True,
 }
 # The main job's setting, used on top of RECIPE_DEFAULTS when no `--model_name_or_path` is given (the embedded default
 # model): the fastest setting found that clearly learns on a 2-core CPU, in 16 steps (benchmarks/learning.md).
@@ -154,6 +159,7 @@ KEY_FLAGS = {
     "save_strategy": "checkpoints: 'no', 'steps' (every --save_steps) or 'epoch'",
     "resume_from_checkpoint": "'true': the newest complete checkpoint in output_dir; or a checkpoint folder",
     "report_to": 'trackers: none, tensorboard, wandb, trackio (`pip install -e ".[trackers]"`)',
+    "log_rollout_trees": "each logged step's rollout tree under output_dir/rollout_trees/ (python -m trl_multiagent.view)",
     "use_vllm": "generate with vLLM engines (see the docs' vLLM page)",
 }
 DESCRIPTION = """\
@@ -259,6 +265,9 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         )
         print(f"Saved {training_args.num_agents} agents under {training_args.output_dir}/agent_*/")
         print(f"Evaluation task: {task_file} (python -m trl_multiagent.evaluation {training_args.output_dir})")
+        if training_args.log_rollout_trees:
+            trees = os.path.join(training_args.output_dir, "rollout_trees")
+            print(f"Rollout trees: {trees}/ (python -m trl_multiagent.view {training_args.output_dir} [--serve])")
         print("\n".join(summary_lines(trainer.state.log_history)))
         print("\n".join(samples.lines()))
         try:

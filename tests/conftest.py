@@ -40,11 +40,20 @@ def bubblewrap(request):
     pytest.skip("bubblewrap (bwrap) or prlimit is not installed")
 
 
+# The browser tests (tests/test_viewer_browser.py) skip without chromium or playwright; why, once, at the run's end.
+skipped_browser_tests = []  # the reason, once per skipped test
+
+
 def pytest_terminal_summary(terminalreporter):
     if skipped_sandbox_tests:
         terminalreporter.write_line(
             f"{len(skipped_sandbox_tests)} sandbox tests skipped: bubblewrap (bwrap) or prlimit is not installed, and "
             f"pip cannot install them; {SANDBOX_INSTALL} runs them."
+        )
+    if skipped_browser_tests:
+        terminalreporter.write_line(
+            f"{len(skipped_browser_tests)} browser tests skipped: {skipped_browser_tests[0]} (TRL_MULTIAGENT_REQUIRE_"
+            "BROWSER_TESTS=1 makes that an error)."
         )
 
 

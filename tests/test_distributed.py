@@ -100,6 +100,35 @@ def test_ddp_two_processes_train_identical_agents(tmp_path):
     assert len(logs) == 3 and all("turn_2/reward_mean" in h for h in logs)
 
 
+def recorded_trees_hold_every_rank_once(output_dir, steps):
+    """The tree files of a 2-process run (`log_rollout_trees`) hold each rank's own trees (as each rank noted them),
+    every one once, and nothing else."""
+    from trl_multiagent.trees import read_step, step_files
+
+    files = step_files(str(output_dir))
+    assert list(files) == list(range(1, steps + 1))
+    own = [json.loads((output_dir / f"own_trees_rank{r}.json").read_text()) for r in range(2)]
+    for step, path in files.items():
+        document = read_step(path)
+        got = sorted(
+            [
+                p["process"],
+                p["row"],
+                [n["turn"] for n in p["nodes"]],
+                [c["text"] for n in p["nodes"] for c in n["agents"][0]["completions"]],
+            ]
+            for p in document["prompts"]
+        )
+        expected = sorted([r, *entry] for r in range(2) for entry in own[r][str(step)])
+        assert got == expected
+        assert {p["process"] for p in document["prompts"]} == {0, 1}
+
+
+def test_ddp_recorded_trees_hold_every_process_rows_once(tmp_path):
+    finished(tmp_path, "--max_steps", 2, "--log_rollout_trees")
+    recorded_trees_hold_every_rank_once(tmp_path, 2)
+
+
 @pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
     """One step, same global batch and seed: 2 processes reach the 1-process weights (uneven trees included)."""
@@ -167,8 +196,9 @@ def test_ddp_chunked_update_equals_unchunked(tmp_path, ddp_reference):
 def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
     pytest.importorskip("deepspeed")
     config = os.path.join(DS_CONFIGS, f"ds_zero{stage}.json")
-    info, weights = finished(tmp_path, "--max_steps", 2, "--deepspeed", config)
+    info, weights = finished(tmp_path, "--max_steps", 2, "--deepspeed", config, "--log_rollout_trees")
     assert info["distributed_type"] == "DistributedType.DEEPSPEED"
+    recorded_trees_hold_every_rank_once(tmp_path, 2)  # recording the trees gathers them under ZeRO too
     assert_ranks_identical_and_saved(tmp_path, info, weights)
     assert_same(weights[0], ddp_reference, rtol=1e-5, atol=1e-6)
     own, others, own_at_end = zip(*info["visible_while_generating"], strict=True)

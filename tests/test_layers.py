@@ -16,12 +16,12 @@ FLOORS = [
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
-    ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle"],
+    ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle", "trees"],
     ["compat"],
     ["config"],
     ["arguments"],
     ["trainer"],
-    ["evaluation"],  # `python -m trl_multiagent.evaluation`: its modules import each other and anything below
+    ["evaluation", "view"],  # the commands `python -m trl_multiagent.evaluation` and `.view`: anything below
     [""],  # the package's __init__
 ]
 OUTSIDE = ("demo", "models", "plot")

@@ -94,6 +94,7 @@ def test_recipe_trains_saves_and_plots(recipe, tiny_model_dir, tmp_path, capsys)
              "--max_new_tokens", "4", "--report_to", "none", "--seed", "0"]  # fmt: skip
     trainer = recipe.main(*parse(recipe, *flags))
     assert trainer.state.global_step == 8
+    assert sorted(os.listdir(out / "rollout_trees")) == [f"step_{s:05d}.json.gz" for s in range(1, 9)]  # by default
     for i in range(2):
         assert (out / f"agent_{i}" / "config.json").is_file()
         assert (out / f"agent_{i}" / "model.safetensors").is_file()

@@ -137,6 +137,20 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             Seconds one tool call may run (a tool of `tools=` or an environment's method). A call past it counts as a
             failed call, and the agent gets `{"error": ...}` saying it timed out; an async tool is cancelled, a sync one
             runs on in its thread, unwaited. `None`: no limit, as in TRL.
+        log_rollout_trees (`bool`, *optional*, defaults to `False`):
+            Write the rollout tree of every logged step (or every `rollout_trees_steps`) to
+            `<output_dir>/rollout_trees/step_{step:05d}.json.gz`: per node, every agent's prompt and completions with
+            their token counts, tool calls and results, each reward function's value, the joint reward, the return,
+            each completion's advantage, and whether it ended early, was pruned by `branching` or was truncated. The
+            trees of every process are gathered; the main process writes. With `report_to="wandb"`, each step's tree is
+            also logged as the table `rollout_tree`. `python -m trl_multiagent.view <output_dir>` shows them in a
+            browser (docs/viewer.md).
+        rollout_trees_steps (`int` or `None`, *optional*):
+            With `log_rollout_trees`: record every this many optimizer steps. `None`: every step the Trainer logs
+            (`logging_steps`).
+        rollout_trees_max_chars (`int`, *optional*, defaults to `2000`):
+            With `log_rollout_trees`: longest text kept (a prompt, a completion, a tool message); a longer one keeps
+            its first and last halves around a marker ``…[N characters cut]…``.
 
     CoMLRL 1.4.3's own names (`agent_learning_rate`, `rollout_buffer_size`, `eval_interval`, ...) are accepted too, and
     set the TRL fields they mean (see `comlrl`); they are in the signature, not on the command line.
@@ -312,6 +326,28 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         },
     )
 
+    # The rollout trees, recorded for `python -m trl_multiagent.view` and the trackers (`trees`)
+    log_rollout_trees: bool = field(
+        default=False,
+        metadata={
+            "help": "Write the rollout tree of every logged step (or every `rollout_trees_steps`) to "
+            "<output_dir>/rollout_trees/step_{step:05d}.json.gz (texts, token counts, tools, rewards, returns, "
+            "advantages; every process's trees, written by the main one), and with report_to wandb log it as a table. "
+            "View it with `python -m trl_multiagent.view <output_dir>`."
+        },
+    )
+    rollout_trees_steps: int | None = field(
+        default=None,
+        metadata={"help": "With log_rollout_trees: record every this many steps. None: every logged step."},
+    )
+    rollout_trees_max_chars: int = field(
+        default=2000,
+        metadata={
+            "help": "With log_rollout_trees: longest text kept; a longer one keeps its first and last halves around "
+            "a marker '…[N characters cut]…'."
+        },
+    )
+
     def __post_init__(self, *comlrl_values):  # the init-only values of CoMLRL's names (`comlrl.CoMLRLNames`)
         if not has_accelerator():
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
@@ -398,6 +434,15 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 "writes its checkpoint's `latest` tag on the first node only, so another node cannot resume from its "
                 "own folder. Put output_dir on a filesystem all nodes share (save_on_each_node=False), or train with "
                 "DDP, where each node's folder resumes exactly."
+            )
+        if self.rollout_trees_steps is not None and self.rollout_trees_steps < 1:
+            raise ValueError(
+                f"MAGRPOConfig: rollout_trees_steps must be >= 1 or None, got {self.rollout_trees_steps}."
+            )
+        if self.rollout_trees_max_chars < 16:
+            raise ValueError(
+                f"MAGRPOConfig: rollout_trees_max_chars must be >= 16, got {self.rollout_trees_max_chars}: a text keeps "
+                "its first and last halves around the cut marker."
             )
         for name in ("update_chunk_size", "generate_chunk_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:

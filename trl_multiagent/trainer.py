@@ -30,6 +30,7 @@ from .team import AgentTeam
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .team.optimizer import AgentLearningRates
 from .timing import Reading, RolloutTimes, UpdateTimes
+from .trees import TreeRecorder
 from .update.batching import loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
 from .update.entropy import TeamEntropyBonus
@@ -183,6 +184,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         )
         self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
         self._ratio_from_loss = RatioFromLoss(args)
+        self._trees = TreeRecorder(args, self.accelerator, self.max_completion_length)  # log_rollout_trees
 
     def _generate_for_agent(self, agent: int, prompts: list, num_generations: int, environments=None) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend; with
@@ -244,6 +246,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             agent_batches.append(batch)
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
+        self._trees.record(tree, returns, credited, advantages, self.environment, mode, self.state)  # gathers
         if sampling:
             self._log_metrics(mode, reduce_sampling_stats(gather_object([sampling])))
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends

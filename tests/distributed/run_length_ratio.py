@@ -50,6 +50,28 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
         )
 
 
+class OwnTrees(TrainerCallback):
+    """Each rank's own tree of every step (row, node turns, agent 0's texts), written to own_trees_rank{r}.json, for
+    the test that the recorded files hold every rank's rows once."""
+
+    def __init__(self, trainer, output_dir, rank):
+        self.trainer, self.path, self.steps = trainer, os.path.join(output_dir, f"own_trees_rank{rank}.json"), {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        tree = self.trainer.last_rollout
+        rows = sorted({node.row for node in tree.nodes})
+        self.steps[state.global_step] = [
+            [
+                row,
+                [n.turn for n in tree.nodes if n.row == row],
+                [t for n in tree.nodes if n.row == row for t in n.completions[0]],
+            ]
+            for row in rows
+        ]
+        with open(self.path, "w") as f:
+            json.dump(self.steps, f)
+
+
 # Moments inside one checkpoint write: between the two agents' folders, after the agents before the optimizer, and
 # after every file but before the completion marker.
 KILL_POINTS = ("between_agents", "before_optimizer", "before_marker")
@@ -156,6 +178,7 @@ def main():
     parser.add_argument("--generate_chunk_size", type=int, default=None, help="rows per generate call")
     parser.add_argument("--stop_at", type=int, default=None, help="interrupt training after this step")
     parser.add_argument("--agent_learning_rates", type=float, nargs="+", default=None, help="one rate per agent")
+    parser.add_argument("--log_rollout_trees", action="store_true", help="record the trees; each rank notes its own")
     cli = parser.parse_args()
 
     tokenizer = make_tokenizer()
@@ -171,6 +194,7 @@ def main():
         deepspeed=cli.deepspeed, beta=cli.beta, ddp_timeout=cli.ddp_timeout, save_on_each_node=cli.save_on_each_node, use_vllm=cli.use_vllm, update_chunk_size=cli.update_chunk_size,
         generate_chunk_size=cli.generate_chunk_size, agent_learning_rates=cli.agent_learning_rates,
         gradient_checkpointing=True,  # TRL's GPU default: the runs check the update under activation checkpointing
+        log_rollout_trees=cli.log_rollout_trees,
         check_functions_before_training=False
     )  # fmt: skip
     # Building a config changes no environment variable (for `deepspeed=` on CPU it builds the gloo state itself).
@@ -209,6 +233,8 @@ def main():
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 2}), args=args,
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,
     )  # fmt: skip
+    if cli.log_rollout_trees:
+        trainer.add_callback(OwnTrees(trainer, cli.output_dir, rank))
     state = trainer.accelerator.state
     # Records, at each generate call, how many parameter elements of the generating agent (when it starts and when it
     # ends) and of the other agents are materialised on this rank (ZeRO-3 keeps partitioned parameters as empty

@@ -1,0 +1,219 @@
+"""The rollout tree viewer in a real browser: headless Chromium (Debian's `chromium`) driven by Playwright, on the page
+made from a real two-turn run of tiny models. Skips with one line when chromium or playwright is missing, unless
+TRL_MULTIAGENT_REQUIRE_BROWSER_TESTS=1 (`.ci/run` sets it). With TRL_MULTIAGENT_UPDATE_SCREENSHOTS=1 the screenshots
+go to docs/img/ (the README's and docs/viewer.md's); otherwise to a temporary folder."""
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward, skipped_browser_tests
+from datasets import Dataset
+
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.demo.testing import make_model
+from trl_multiagent.trees import read_step, step_files
+from trl_multiagent.view import write_page
+
+
+REQUIRE = "TRL_MULTIAGENT_REQUIRE_BROWSER_TESTS"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chromium_path() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def browser(shared_browser):
+    """The module's browser; a skip is counted for the run's summary line (conftest.py) once per test."""
+    if isinstance(shared_browser, str):
+        skipped_browser_tests.append(shared_browser)
+        pytest.skip(shared_browser)
+    return shared_browser
+
+
+@pytest.fixture(scope="module")
+def shared_browser():
+    missing = []
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing.append('playwright (pip install -e ".[test]")')
+    if chromium_path() is None:
+        missing.append("chromium (apt-get install -y chromium)")
+    if missing:
+        message = f"browser tests need {' and '.join(missing)}"
+        if os.environ.get(REQUIRE) == "1":
+            pytest.fail(f"{REQUIRE}=1 and the {message}.", pytrace=False)
+        yield message  # `browser` skips each test with it
+        return
+    with sync_playwright() as playwright:
+        # --no-sandbox: Chromium's own sandbox needs user namespaces, which containers (CI, root) often lack
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from trl_multiagent.demo.testing import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    output = tmp_path_factory.mktemp("viewer") / "run"
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, seed=i) for i in range(2)],
+        tokenizer=tokenizer,
+        reward_func=length_ratio_reward,
+        external_transition=length_feedback,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:4]}),
+        args=MAGRPOConfig(
+            output_dir=str(output), num_turns=2, num_generations=4, per_device_train_batch_size=8,
+            max_new_tokens=12, max_steps=3, logging_steps=1, report_to="none", seed=0, save_strategy="no",
+            early_termination_threshold=None, log_rollout_trees=True,
+        ),
+    )  # fmt: skip
+    trainer.train()
+    trainer.save_state()
+    return output
+
+
+def screenshot_path(tmp_path, name: str) -> Path:
+    folder = ROOT / "docs" / "img" if os.environ.get("TRL_MULTIAGENT_UPDATE_SCREENSHOTS") == "1" else tmp_path
+    return folder / name
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(10_000)
+    errors, remote = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def only_local(route):  # the page must need no network: any http(s) request is refused and counted
+        if route.request.url.startswith(("file:", "data:", "http://127.0.0.1")):
+            return route.continue_()
+        remote.append(route.request.url)
+        return route.abort()
+
+    page.route("**/*", only_local)
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']")
+    return page, errors, remote
+
+
+def as_shown(text: str) -> str:
+    """A text as the page shows it: control characters but tab and newline as \\xNN (HTML would drop them)."""
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def panel_values(page, selector: str) -> list[float]:
+    return [float(v) for v in page.eval_on_selector_all(selector, "els => els.map(e => e.dataset.value)")]
+
+
+def test_a_node_shows_its_completions_rewards_advantages_and_siblings(browser, run_dir, tmp_path):
+    page_file = write_page(str(run_dir))
+    page, errors, remote = open_page(browser, Path(page_file).as_uri())
+    files = step_files(str(run_dir))
+    last = max(files)
+    document = read_step(files[last])
+    assert page.input_value("#step") == str(last)  # opens on the newest step
+
+    nodes = document["prompts"][0]["nodes"]
+    target = 2  # a turn-2 node: child of the root's joint action 1
+    assert nodes[target]["turn"] == 2 and nodes[target]["parent"] == {"node": 0, "action": 1}
+    page.click(f"#tree .node[data-node='{target}']")
+    node = nodes[target]
+    shown = page.eval_on_selector_all("#panel .completion pre.text", "els => els.map(e => e.textContent)")
+    expected = [
+        as_shown(node["agents"][i]["completions"][k]["text"])
+        for a in node["actions"]
+        for i, k in enumerate(a["choice"])
+    ]
+    assert shown == expected and len(set(expected)) > 1
+    assert panel_values(page, "#panel .action > .nums .reward") == [a["reward"] for a in node["actions"]]
+    assert panel_values(page, "#panel .action > .nums .return") == [a["return"] for a in node["actions"]]
+    advantages = [
+        node["agents"][i]["completions"][k]["advantage"] for a in node["actions"] for i, k in enumerate(a["choice"])
+    ]
+    assert panel_values(page, "#panel .completion .advantage") == advantages
+    assert any(abs(a) > 0.1 for a in advantages)
+    # the displayed numbers, as a reader sees them
+    first_reward = page.inner_text("#panel .action[data-action='0'] > .nums .reward b")
+    assert first_reward == f"{node['actions'][0]['reward']:.4f}"
+    # the siblings: the root's four children, the clicked one marked
+    siblings = page.eval_on_selector_all("#panel .siblings button", "els => els.map(e => Number(e.dataset.goto))")
+    assert siblings == [a["child"] for a in nodes[0]["actions"]] == [1, 2, 3, 4]
+    assert page.get_attribute("#panel .siblings button.current", "data-goto") == str(target)
+
+    # the turn summary holds the logged per-turn mean reward of the step (trainer_state.json)
+    logged = next(
+        e
+        for e in json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+        if e.get("step") == last and "turn_2/reward_mean" in e
+    )
+    for turn in (1, 2):
+        assert panel_values(page, f"#turns tr[data-turn='{turn}'] .mean-reward")[0] == pytest.approx(
+            logged[f"turn_{turn}/reward_mean"], abs=1e-6
+        )
+    page.screenshot(path=str(screenshot_path(tmp_path, "viewer.png")), full_page=True)
+
+    # the step picker changes the tree: step 1's texts and rewards
+    page.select_option("#step", "1")
+    page.click(f"#tree .node[data-node='{target}']")
+    first = read_step(files[1])["prompts"][0]["nodes"][target]
+    shown = page.eval_on_selector_all("#panel .completion pre.text", "els => els.map(e => e.textContent)")
+    assert shown == [
+        as_shown(first["agents"][i]["completions"][k]["text"])
+        for a in first["actions"]
+        for i, k in enumerate(a["choice"])
+    ]
+    assert shown != expected
+    assert panel_values(page, "#panel .action > .nums .reward") == [a["reward"] for a in first["actions"]]
+
+    # the prompt picker: the second prompt's root
+    page.select_option("#prompt", "1")
+    root = read_step(files[1])["prompts"][1]["nodes"][0]
+    assert page.eval_on_selector_all("#panel .completion pre.text", "els => els.map(e => e.textContent)")[
+        0
+    ] == as_shown(root["agents"][0]["completions"][0]["text"])
+
+    # a point of the reward curve opens its step
+    page.locator(f"#curve .pt[data-step='{last}']").last.click()  # the top one of the series' points at that step
+    assert page.input_value("#step") == str(last)
+    assert errors == [] and remote == []
+
+
+def test_served_on_localhost(browser, run_dir, tmp_path):
+    out = tmp_path / "page.html"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's package, whichever copy is installed
+    server = subprocess.Popen(
+        [sys.executable, "-m", "trl_multiagent.view", str(run_dir), "--out", str(out), "--serve", "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        lines = [server.stdout.readline(), server.stdout.readline()]
+        url = lines[1].split()[1]
+        assert lines[0].startswith("Wrote ") and url.startswith("http://127.0.0.1:"), lines
+        page, errors, remote = open_page(browser, url)
+        assert page.eval_on_selector_all("#tree .node", "els => els.length") == 5  # 1 + 4 nodes per prompt
+        assert errors == [] and remote == []
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_statistics_of_a_step_match_its_tree(run_dir):
+    """The recorded tree of the run the browser sees: a node's mean return is the mean of its joint actions'."""
+    document = read_step(step_files(str(run_dir))[1])
+    root = document["prompts"][0]["nodes"][0]
+    children = [document["prompts"][0]["nodes"][a["child"]] for a in root["actions"]]
+    for action, child in zip(root["actions"], children, strict=True):
+        assert action["return"] == pytest.approx(
+            action["reward"] + statistics.mean(c["return"] for c in child["actions"])
+        )
