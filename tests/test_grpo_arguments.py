@@ -123,3 +123,26 @@ def test_an_adapter_on_lm_head_is_refused_as_grpo_trainer_refuses_it(tmp_path, t
             reward_func=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
             args=args(tmp_path),
         )  # fmt: skip
+
+
+def test_a_dict_of_eval_datasets_is_evaluated_per_name(tmp_path, tokenizer):
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer), make_model(tokenizer)], tokenizer=tokenizer, reward_func=length_ratio_reward,
+        train_dataset=data, eval_dataset={"easy": data.select(range(2)), "hard": data.select(range(2, 4))},
+        args=args(tmp_path, per_device_eval_batch_size=2),
+    )  # fmt: skip
+    metrics = trainer.evaluate()
+    assert {"eval_easy_loss", "eval_hard_loss"} <= set(metrics)
+    logged = [h for h in trainer.state.log_history if "eval_easy_loss" in h or "eval_hard_loss" in h]
+    assert len(logged) == 2 and all("eval_turn_1/reward_mean" in h for h in logged)  # each name's own rollout
+
+
+def test_a_dict_of_eval_datasets_is_checked_by_name(tmp_path, tokenizer):
+    data = Dataset.from_dict({"prompt": SEED_PROMPTS})
+    with pytest.raises(ValueError, match=r"eval_dataset\['hard'\] has no 'prompt' column"):
+        MAGRPOTrainer(
+            agents=[make_model(tokenizer), make_model(tokenizer)], tokenizer=tokenizer,
+            reward_func=length_ratio_reward, train_dataset=data,
+            eval_dataset={"easy": data, "hard": Dataset.from_dict({"question": SEED_PROMPTS})}, args=args(tmp_path),
+        )  # fmt: skip

@@ -96,6 +96,7 @@ def test_reference_equals_grpo(tmp_path, tokenizer, tiny_model_dir, sync_ref_mod
     second = [ours.state.log_history[1], stock.state.log_history[1]]
     assert second[0]["kl"] == pytest.approx(second[1]["kl"], rel=1e-4) and second[1]["kl"] > 0
     assert second[0]["loss"] == pytest.approx(second[1]["loss"], abs=1e-7)
+    assert ours.ref_model is ours.ref_team  # GRPOTrainer's name for it
     stock_reference = stock.accelerator.unwrap_model(stock.ref_model).state_dict()
     ours_reference = ours.ref_team.agent(0).state_dict()
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
@@ -196,6 +197,7 @@ def test_adaptive_entropy_equals_grpo(tmp_path, tokenizer):
         for key in ("loss", "policy_loss", "entropy", "entropy_coef"):
             assert o[key] == pytest.approx(s[key], abs=1e-6), key
     assert [h["entropy_coef"] for h in ours.state.log_history[:2]] == pytest.approx([0.6, 1.0])  # capped at max 1.0
+    assert ours.entropy_coef == stock.entropy_coef == pytest.approx(1.0)  # GRPOTrainer's attribute, as TRL reads it
 
 
 def test_two_agents_on_a_shared_base_each_entropy_term_moves_its_own_adapter(tmp_path, tokenizer):

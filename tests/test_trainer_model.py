@@ -66,3 +66,44 @@ def test_save_pretrained_of_a_team_writes_each_agent(tmp_path, tokenizer):
     for i in range(2):
         loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved" / f"agent_{i}")
         torch.testing.assert_close(loaded.lm_head.weight, trainer.team.agent(i).lm_head.weight)
+
+
+class Counter:
+    def reset(self, **row):
+        self.start = row["start"]
+        return f" (counter at {self.start})"
+
+    def add(self, amount: int) -> int:
+        """Add to the counter.
+
+        Args:
+            amount: how much to add.
+        """
+        self.start += amount
+        return self.start
+
+
+def shout(text: str) -> str:
+    """Shout a text.
+
+    Args:
+        text: what to shout.
+    """
+    return text.upper()
+
+
+def test_tools_and_environments_are_grpo_trainers_attributes(tmp_path):
+    from trl_multiagent.demo.testing import make_tool_tokenizer
+
+    tokenizer = make_tool_tokenizer()
+    prompts = [[{"role": "user", "content": p}] for p in SEED_PROMPTS[:2]]
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
+        reward_func=lambda a, b: [0.0] * len(a), tools=[shout], environment_factory=Counter,
+        train_dataset=Dataset.from_dict({"prompt": prompts, "start": [3, 7]}), args=args(tmp_path),
+    )  # fmt: skip
+    assert sorted(tool.__name__ for tool in trainer.tools) == ["add", "shout"]  # every agent's, each once
+    trainer.train()
+    # one world per rollout of the last generation (2 prompts x K=2), each reset with its row, as TRL's `environments`
+    assert [type(w) for w in trainer.environments] == [Counter] * 4
+    assert sorted(w.start for w in trainer.environments) == [3, 3, 7, 7]

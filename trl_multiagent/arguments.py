@@ -157,6 +157,18 @@ def load_reward_models(funcs: list, args) -> list:
     ]
 
 
+def named_eval_datasets(eval_dataset) -> list[tuple[str, object]]:
+    """`eval_dataset` as (name, dataset) pairs: one, or each of a dict of them (a `DatasetDict` too), which Trainer
+    evaluates one by one (`eval_{name}_*` keys).
+
+    >>> [name for name, _ in named_eval_datasets({"easy": None, "hard": None})]
+    ["eval_dataset['easy']", "eval_dataset['hard']"]
+    """
+    if isinstance(eval_dataset, dict):
+        return [(f"eval_dataset[{key!r}]", dataset) for key, dataset in eval_dataset.items()]
+    return [("eval_dataset", eval_dataset)]
+
+
 def check_dataset(name: str, dataset, has_formatters: bool, has_worlds: bool = False) -> None:
     """Before anything is loaded: the dataset has rows, a 'prompt' column (or formatters, or an environment whose
     `reset` writes the task, as in TRL), and no blank prompt."""
@@ -231,7 +243,8 @@ def user_functions(
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
     weights = resolve_weights(args.reward_weights, [reward_name(f) for f in funcs], world_rewards or [])
     funcs += [each_agent(f) if f.per_agent_reward else f for f in world_rewards or []]
-    columns = [c for d in (train_dataset, eval_dataset) for c in (getattr(d, "column_names", None) or [])]
+    named = [("train_dataset", train_dataset), *named_eval_datasets(eval_dataset)]
+    columns = [c for _, d in named for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
     check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
     joint_reward = JointReward(
@@ -262,7 +275,7 @@ def user_functions(
         raise ValueError(
             f"MAGRPOTrainer got {len(formatters)} formatters for {num_agents} agents; pass one per agent."
         )
-    for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+    for name, dataset in named:
         check_dataset(name, dataset, formatters is not None, has_worlds)
     if train_dataset is not None and next(iter(train_dataset), None) is None:  # an iterable one: read its first row
         raise ValueError("MAGRPOTrainer: train_dataset is empty (no row); it needs at least one prompt.")

@@ -166,6 +166,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         self.ref_team, reference_sync = build_reference(self.accelerator, self.model, args, self.temperature)
+        self.ref_model = self.ref_team  # GRPOTrainer's name (None for adapters, as GRPOTrainer's with PEFT)
+        self.tools = self.tool_calling.all_tools() if self.tool_calling else []  # GRPOTrainer's: every agent's
         if reference_sync is not None:  # sync_ref_model: each agent's reference (a copy, or an adapter) follows it
             self.add_callback(reference_sync)
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
@@ -226,6 +228,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             branching_top_m=self.args.branching_top_m,
         )
         self.last_rollout, returns = tree, tree.returns(self.args.discount)  # the newest tree, for `evaluation`
+        self.environments = tree.first_worlds() or None  # GRPOTrainer's: the worlds of this generation's rollouts
         credited = tree.credited_returns(tree.agent_returns(self.args.discount, self.args.team_reward_weight))
         advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)  # (nodes, agents, K)
 

@@ -213,6 +213,15 @@ class ToolCalling:
         ]
         self.chat_template_kwargs = chat_template_kwargs or {}
 
+    def all_tools(self) -> list[Callable]:
+        """Every tool of every agent, each once: the functions, and each environment class's tool methods (GRPOTrainer's
+        `tools`, the union of its environments' tools)."""
+        tools = [tool for agent in self.tools for tool in agent]
+        if self.worlds is not None:
+            for cls, per_agent in self.worlds.agent_names.items():
+                tools += [getattr(cls, name) for names in per_agent for name in names]
+        return list(dict.fromkeys(tools))
+
     def agent_tools(self, agent: int, world: Any) -> list[Callable]:
         """What agent `agent` may call in a completion acting on `world` (None: no environment)."""
         from_world = self.worlds.tools(world, agent) if world is not None else []

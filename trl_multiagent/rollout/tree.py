@@ -84,6 +84,12 @@ class RolloutTree:
             out.update({a: kept for a in node.joint_actions if self.joint_actions[a].pruned})
         return out
 
+    def first_worlds(self) -> list:
+        """The worlds of the first turn's joint actions, in order (GRPOTrainer's `environments`: one per rollout)."""
+        return [
+            a.environment for a in self.joint_actions if self.nodes[a.node].turn == 1 and a.environment is not None
+        ]
+
     def returns(self, discount: float) -> list[float]:
         """The team's return of every joint action (`credit.joint_returns`)."""
         return joint_returns([a.learned_reward for a in self.joint_actions], self.children(), discount, self.pruned())

@@ -137,6 +137,19 @@ class TeamEntropyBonus:
     team's sum) is logged once per micro-batch by `log_policy_loss`, as GRPOTrainer logs it when the bonus is on.
     """
 
+    @property
+    def entropy_coef(self) -> float:
+        """GRPOTrainer's attribute: the entropy coefficient, the agents' mean (each one's: `entropy_control.coefs`)."""
+        control = getattr(self, "entropy_control", None)
+        return sum(control.coefs) / len(control.coefs) if control is not None else self._entropy_coef
+
+    @entropy_coef.setter
+    def entropy_coef(self, value: float) -> None:  # GRPOTrainer's __init__ sets it; so may a user, for every agent
+        control = getattr(self, "entropy_control", None)
+        if control is not None:
+            control.coefs = [float(value)] * len(control.coefs)
+        self._entropy_coef = value
+
     def _set_up_entropy_bonus(self, args) -> None:
         self.entropy_control = EntropyControl.from_args(args, self.num_agents)
         # GRPOTrainer's bonus, adaptive control and `entropy_ctrl_state.json` are off: this class holds them per agent
