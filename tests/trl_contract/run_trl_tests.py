@@ -1,6 +1,6 @@
 """Runs TRL's own GRPOTrainer test file offline, against stock `GRPOTrainer` and with our classes swapped in.
 
-    python tests/trl_contract/run_trl_tests.py PATH --mode stock|swapped|both [--subset ci] [--workdir DIR]
+    python tests/trl_contract/run_trl_tests.py PATH --mode stock|swapped|both [--subset all|ci|listed] [--workdir DIR]
         [--parallel] [--list-edits] [-- extra pytest args]
 
 PATH is the folder that holds TRL's `test_grpo_trainer.py` and its helpers (`testing_utils.py`, `conftest.py`,
@@ -163,8 +163,8 @@ EDITS = [
     "helpers: an `is_X_available` that a copied file imports from trl.import_utils and the installed TRL lacks "
     "(with TRL 1.16: testing_utils.py's is_joblib_available) is removed from that import and defined in the file as "
     "`importlib.util.find_spec('X') is not None` (printed when made, recorded in MODE.json)",
-    "copied unedited: the other top-level .py helpers of PATH (testing_utils.py, conftest.py, testing_constants.py, "
-    "__init__.py) and data/",
+    "copied: the other top-level .py files of PATH that are not tests (testing_utils.py, conftest.py, "
+    "testing_constants.py, __init__.py) and data/, unedited but for edit 7",
     *(f"offline assets: {line}" for line in SUBSTITUTIONS),
 ]
 
@@ -309,7 +309,7 @@ def start_run(mode, tests_dir, workdir, assets_root, selection, extra) -> tuple[
 def finish_run(process: subprocess.Popen, info: dict, selection_ids: list[str] | None) -> dict:
     returncode = process.wait()
     info["log"].close()
-    wall = round(time.time() - info["start"], 1)
+    wall = round(info.get("end", time.time()) - info["start"], 1)
     if not info["raw"].exists():
         tail = Path(info["log"].name).read_text(errors="replace")[-3000:]
         raise UsageError(f"[{info['mode']}] pytest wrote no results (exit {returncode}); its log ends:\n{tail}")
@@ -477,13 +477,23 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("path", nargs="?", type=Path, help=f"folder with TRL's {TEST_FILE} and its helpers")
     parser.add_argument("--mode", choices=("stock", "swapped", "both"), default="both")
-    parser.add_argument("--subset", choices=("all", "ci"), default="all", help="ci: the CI_SUBSET tests only")
+    parser.add_argument(
+        "--subset",
+        choices=("all", "ci", "listed"),
+        default="all",
+        help="ci: the CI_SUBSET tests only; listed: the tests named in the list (--expected), to check fixes",
+    )
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
     parser.add_argument("--scripts", type=Path, help="TRL's scripts/ folder (default PATH/../scripts)")
     parser.add_argument("--expected", type=Path, default=EXPECTED_FILE, help="the reviewed list of failures")
     parser.add_argument("--json", type=Path, help="also write the summary here (default WORKDIR/results/summary.json)")
     parser.add_argument("--parallel", action="store_true", help="--mode both: run the two modes at once (2 processes)")
     parser.add_argument("--rebuild-assets", action="store_true", help="rebuild the offline models and datasets")
+    parser.add_argument(
+        "--from-results",
+        action="store_true",
+        help="run nothing: compare WORKDIR/results/MODE.json of an earlier run with the list (after editing it)",
+    )
     parser.add_argument("--list-edits", action="store_true", help="print the edits the harness makes, and exit")
     return parser.parse_args(argv), extra
 
@@ -506,15 +516,30 @@ def main(argv: list[str]) -> int:
     expected = load_expected(args.expected)
     if args.subset == "ci" and not CI_SUBSET:
         raise UsageError("CI_SUBSET in run_trl_tests.py is empty")
-    selection_ids = list(CI_SUBSET) if args.subset == "ci" else None
+    if args.subset == "listed" and not expected:
+        raise UsageError(f"--subset listed: {args.expected} names no test")
+    selection_ids = {"ci": list(CI_SUBSET), "listed": list(expected), "all": None}[args.subset]
     selection = [f"tests/{i}" for i in selection_ids] if selection_ids else [f"tests/{TEST_FILE}"]
 
     tested = versions()  # before the runs: trl_multiagent's files may change while they go on
-    assets_root = build_assets(workdir / "assets", scripts_dir, rebuild=args.rebuild_assets)
+    if not args.from_results:
+        assets_root = build_assets(workdir / "assets", scripts_dir, rebuild=args.rebuild_assets)
     modes = ["stock", "swapped"] if args.mode == "both" else [args.mode]
     results: dict[str, dict] = {}
-    if args.parallel and len(modes) == 2:
+    if args.from_results:
+        for mode in modes:
+            path = workdir / "results" / f"{mode}.json"
+            if not path.exists():
+                raise UsageError(f"--from-results: {path} does not exist (run --mode {mode} first)")
+            results[mode] = json.loads(path.read_text())
+            tested = results[mode].get("versions", tested)
+    elif args.parallel and len(modes) == 2:
         started = [start_run(m, tests_dir, workdir, assets_root, selection, extra) for m in modes]
+        while any(process.poll() is None for process, _ in started):
+            for process, info in started:
+                if process.poll() is not None:
+                    info.setdefault("end", time.time())
+            time.sleep(2)
         for process, info in started:
             results[info["mode"]] = finish_run(process, info, selection_ids)
     else:
@@ -522,6 +547,7 @@ def main(argv: list[str]) -> int:
             process, info = start_run(mode, tests_dir, workdir, assets_root, selection, extra)
             results[mode] = finish_run(process, info, selection_ids)
     for mode, result in results.items():
+        result["versions"] = tested
         (workdir / "results" / f"{mode}.json").write_text(json.dumps(result, indent=1))
     report = compare(results, expected)
     print_report(results, report, expected)
