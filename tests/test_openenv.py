@@ -307,7 +307,9 @@ def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                    str(games.free_port()), worker, "--output_dir", str(tmp_path), "--urls", server_0.url,
                    server_1.url, "--kill_pid", str(server_1.process.pid), "--kill_at_step", "2"]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's package, not another
+        path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
         start = time.monotonic()
         result = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
         elapsed = time.monotonic() - start
