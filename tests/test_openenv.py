@@ -296,17 +296,28 @@ def test_a_server_killed_mid_rollout_stops_training_naming_the_environment_and_t
                    for name in files)  # fmt: skip
 
 
+# (when rank 1's server dies, in which step, what fails first)
+KILLS = {
+    "mid_rollout": ("before_move", 2, "the environment HanabiTable is gone: agent 1's call play("),
+    "between_steps": ("after_move", 1, "HanabiTable.reset(**row) raised ConnectionClosedError"),
+}
+
+
 @pytest.mark.distributed
-def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(games, tmp_path):
-    """torchrun, 2 gloo processes, each on its own server. Rank 1's server dies (SIGKILL) mid-rollout in step 2;
-    rank 0's is fine. Both processes stop within seconds, each printing the lost environment's message (rank 0
-    names rank 1 and its error), instead of rank 0 waiting in a collective until the gloo timeout (30 minutes), and
-    checkpoint-1 is whole (no checkpoint-2)."""
+@pytest.mark.parametrize("kill", ["mid_rollout", pytest.param("between_steps", marks=pytest.mark.slow)])
+def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(games, tmp_path, kill):
+    """torchrun, 2 gloo processes, each on its own server. Rank 1's server dies (SIGKILL): in step 2 between agent
+    0's move and agent 1's (a tool round fails), or after step 1's game (step 2's reset fails); rank 0's is fine.
+    Both processes stop within seconds, each printing the lost environment's message (rank 0 names rank 1 and its
+    error), instead of rank 0 waiting in a collective until the gloo timeout (30 minutes), and checkpoint-1 is whole
+    (no checkpoint-2)."""
+    kill_when, kill_at_step, lost = KILLS[kill]
     worker = os.path.join(os.path.dirname(__file__), "distributed", "run_openenv_team.py")
     with games.serve("tiny_hanabi") as server_0, games.serve("tiny_hanabi") as server_1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                    str(games.free_port()), worker, "--output_dir", str(tmp_path), "--urls", server_0.url,
-                   server_1.url, "--kill_pid", str(server_1.process.pid), "--kill_at_step", "2"]  # fmt: skip
+                   server_1.url, "--kill_pid", str(server_1.process.pid), "--kill_at_step", str(kill_at_step),
+                   "--kill_when", kill_when]  # fmt: skip
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's package, not another
         path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
@@ -316,7 +327,7 @@ def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(
         assert server_0.process.poll() is None  # rank 0's server lived through it
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-3000:]
-    lost = "EnvironmentLost: MAGRPOTrainer: the environment HanabiTable is gone: agent 1's call play("
+    lost = f"EnvironmentLost: MAGRPOTrainer: {lost}"
     assert f"[rank1]: trl_multiagent.rollout.faults.{lost}" in log, log[-5000:]
     assert "on the row {'card_0': " in log
     assert f'[rank0]: RuntimeError: MAGRPOTrainer: the rollout failed on process(es) [1]: {{1: "{lost}' in log, log[
