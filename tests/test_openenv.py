@@ -303,23 +303,37 @@ KILLS = {
 }
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCHERS = {
+    "ddp": ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
+    # ZeRO-3: every generation gathers the weights, so the process that lost its world must still join the round's
+    "zero3": ["-m", "accelerate.commands.launch", "--config_file", os.path.join(REPO, "accelerate_configs", "zero3.yaml"),
+              "--num_processes", "2", "--mixed_precision", "no", "--main_process_port"],
+}  # fmt: skip
+
+
 @pytest.mark.distributed
-@pytest.mark.parametrize("kill", ["mid_rollout", pytest.param("between_steps", marks=pytest.mark.slow)])
-def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(games, tmp_path, kill):
-    """torchrun, 2 gloo processes, each on its own server. Rank 1's server dies (SIGKILL): in step 2 between agent
-    0's move and agent 1's (a tool round fails), or after step 1's game (step 2's reset fails); rank 0's is fine.
-    Both processes stop within seconds, each printing the lost environment's message (rank 0 names rank 1 and its
-    error), instead of rank 0 waiting in a collective until the gloo timeout (30 minutes), and checkpoint-1 is whole
-    (no checkpoint-2)."""
+@pytest.mark.parametrize(
+    "kill, launcher",
+    [
+        ("mid_rollout", "ddp"),
+        pytest.param("between_steps", "ddp", marks=pytest.mark.slow),
+        pytest.param("mid_rollout", "zero3", marks=pytest.mark.slow),
+    ],
+)
+def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(games, tmp_path, kill, launcher):
+    """2 gloo processes (torchrun DDP, or accelerate with ZeRO-3), each on its own server. Rank 1's server dies
+    (SIGKILL): in step 2 between agent 0's move and agent 1's (a tool round fails), or after step 1's game (step 2's
+    reset fails); rank 0's is fine. Both processes stop within seconds, each printing the lost environment's message
+    (rank 0 names rank 1 and its error), instead of rank 0 waiting in a collective until the gloo timeout (30
+    minutes), and checkpoint-1 is whole (no checkpoint-2)."""
     kill_when, kill_at_step, lost = KILLS[kill]
     worker = os.path.join(os.path.dirname(__file__), "distributed", "run_openenv_team.py")
     with games.serve("tiny_hanabi") as server_0, games.serve("tiny_hanabi") as server_1:
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                   str(games.free_port()), worker, "--output_dir", str(tmp_path), "--urls", server_0.url,
-                   server_1.url, "--kill_pid", str(server_1.process.pid), "--kill_at_step", str(kill_at_step),
-                   "--kill_when", kill_when]  # fmt: skip
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's package, not another
-        path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+        command = [sys.executable, *LAUNCHERS[launcher], str(games.free_port()), worker, "--output_dir", str(tmp_path),
+                   "--urls", server_0.url, server_1.url, "--kill_pid", str(server_1.process.pid), "--kill_at_step",
+                   str(kill_at_step), "--kill_when", kill_when]  # fmt: skip
+        path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)  # this checkout's package
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
         start = time.monotonic()
         result = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
