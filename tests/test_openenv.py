@@ -16,6 +16,7 @@ tool loop, the clients, the servers, the game, the rewards) is real. Marked `ope
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -304,6 +305,22 @@ KILLS = {
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_group(command, env, timeout):
+    """`command` in a process group of its own; past `timeout` the whole group is killed (a launcher killed alone
+    leaves its workers running, which is what a hang would otherwise leave behind), then TimeoutExpired."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 LAUNCHERS = {
     "ddp": ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
     # ZeRO-3: every generation gathers the weights, so the process that lost its world must still join the round's
@@ -336,7 +353,7 @@ def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(
         path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)  # this checkout's package
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
         start = time.monotonic()
-        result = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
+        result = run_group(command, env, timeout=400)
         elapsed = time.monotonic() - start
         assert server_0.process.poll() is None  # rank 0's server lived through it
     log = result.stdout + result.stderr
