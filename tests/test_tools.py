@@ -236,7 +236,7 @@ def test_a_tool_result_past_the_length_limit_is_rolled_back():
             {"tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]} if ids[0] == 5 else {}
         )
 
-    loop = dict(parse=parse, suffix_ids=lambda messages: [7] * 4, max_iterations=None, any_left=bool)
+    loop = dict(parse=parse, suffix_ids=lambda messages: [7] * 4, max_iterations=None)
     more = lambda ids: ([[9, 9, 9]] * len(ids), None)  # noqa: E731
     fits = tool_loop([[1]], [[5, 5]], None, [{"f": lambda: 1}], generate_more=more, max_completion_length=9, **loop)
     assert fits.completion_ids == [[5, 5, 7, 7, 7, 7, 9, 9, 9]] and fits.tool_masks == [[1, 1, 0, 0, 0, 0, 1, 1, 1]]
@@ -261,7 +261,7 @@ def test_every_process_runs_the_same_rounds_of_generation():
     rounds_elsewhere = iter([True, True, False])  # another process runs two rounds
     results = tool_loop(
         [[1]], [[2]], None, [{}], parse=lambda c, ids, prefix: {}, suffix_ids=lambda m: [], generate_more=more,
-        max_iterations=None, max_completion_length=8, any_left=lambda local: local or next(rounds_elsewhere),
+        max_iterations=None, max_completion_length=8, any_left=lambda local, error: local or next(rounds_elsewhere),
     )  # fmt: skip
     assert calls == [0, 0] and results.completion_ids == [[2]]
 

@@ -12,12 +12,13 @@ import weakref
 import torch
 from accelerate.utils import gather_object
 
-from .rollout import local_sync
+from .rollout.tree import agreed, local_sync
 
 
-def sync_turn(accelerator, has_live_nodes: bool, error: BaseException | None) -> bool:
-    """End-of-turn agreement across processes: another turn if any process has live nodes; a failure on any process
-    stops all of them (the failing one re-raises its own error, the others name it)."""
+def sync_turn(accelerator, has_live_nodes: bool, error: BaseException | None = None) -> bool:
+    """Agreement across processes, at the end of each turn, after the resets of turn 1 and in each round of tool
+    calls: go on if any process has live nodes (or calls left); a failure on any process stops all of them (the
+    failing one re-raises its own error, the others name it), each raising an error marked `rollout.tree.AGREED`."""
     if accelerator.num_processes == 1:
         return local_sync(has_live_nodes, error)
     flags = torch.tensor([int(has_live_nodes), int(error is not None)], device=accelerator.device)
@@ -25,9 +26,9 @@ def sync_turn(accelerator, has_live_nodes: bool, error: BaseException | None) ->
     if failures:
         messages = gather_object([None if error is None else f"{type(error).__name__}: {error}"])
         if error is not None:
-            raise error
+            raise agreed(error)
         failed = {rank: msg for rank, msg in enumerate(messages) if msg is not None}
-        raise RuntimeError(f"MAGRPOTrainer: the rollout failed on process(es) {sorted(failed)}: {failed}")
+        raise agreed(RuntimeError(f"MAGRPOTrainer: the rollout failed on process(es) {sorted(failed)}: {failed}"))
     return bool(live_anywhere)
 
 
@@ -51,11 +52,6 @@ def max_over_processes(accelerator, value: int) -> int:
         return value
     count = torch.tensor([value], device=accelerator.device)
     return int(accelerator.reduce(count, reduction="max").item())
-
-
-def any_process(accelerator, flag: bool) -> bool:
-    """Whether `flag` holds on any process (TRL's tool loop: every process runs the same rounds of generation)."""
-    return max_over_processes(accelerator, int(flag)) > 0
 
 
 _END_AT_EXIT: list = []  # weak references to the trainers whose `end()` runs at exit (registered once per process)

@@ -18,7 +18,7 @@ from .checkpoint import TeamCheckpointing
 from .config import MAGRPOConfig
 from .console import attach_callbacks
 from .devices import reuse_freed_memory
-from .distributed import any_process, deferred_gradient_reduction, max_over_processes, sync_turn
+from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
 from .environment_lifecycle import EnvironmentLifecycle
 from .generation import build_generator
 from .generation.output import Generation
@@ -196,7 +196,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         with self._rollout_times.phase("generate"):
             generation = self.generator.generate(agent, prompts, num_generations, greedy, tools)
             if calling is not None:
-                any_left = partial(any_process, self.accelerator)
+                # tool rounds go on while any process has calls; a lost world on one process stops all (`sync_turn`)
+                any_left = partial(sync_turn, self.accelerator)
                 generation = calling.run(agent, generation, environments, self.generator, greedy, any_left)
         self._rollout_times.generated_tokens += sum(len(c) for c in generation.completion_ids)
         self._truncated_prompts += generation.truncated_prompts

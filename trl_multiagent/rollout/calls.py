@@ -8,21 +8,28 @@ the same way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .callables import _run
+from .faults import ToolCallTimeout
 
 
 def call_tools(
-    tool_calls: list[dict], tools: dict[str, Callable], timeout: float | None = None
+    tool_calls: list[dict],
+    tools: dict[str, Callable],
+    timeout: float | None = None,
+    lost: Callable[[dict, BaseException], BaseException | None] | None = None,
 ) -> tuple[list[dict], int]:
     """Run one completion's tool calls (async ones together on one event loop); the tool messages, in call order, and
     how many failed. A failure gives ``{"error": ...}`` as the tool's result, as in TRL. With a `timeout`
     (`MAGRPOConfig.tool_call_timeout`), a call still running after that many seconds fails: an async one is cancelled,
-    a sync one (run on a worker thread, the only way to stop waiting for it) runs on, unwaited.
+    a sync one (run on a worker thread, the only way to stop waiting for it) runs on, unwaited. `lost(call, error)`,
+    given, sees each exception first: an exception it returns is raised instead of being given to the agent (an
+    environment's world that is gone, `rollout.faults`).
 
     >>> def add(a: int, b: int) -> int:
     ...     return a + b
@@ -53,7 +60,9 @@ def call_tools(
         for i, value in zip(pending, done, strict=True):
             results[i] = (results[i][0], value)
     messages, failures = [], 0
-    for name, value in results:
+    for call, (name, value) in zip(tool_calls, results, strict=True):
+        if isinstance(value, BaseException) and lost is not None and (fatal := lost(call, value)) is not None:
+            raise fatal from value
         if isinstance(value, BaseException):
             failures += 1
             value = {"error": str(value)}
@@ -70,8 +79,8 @@ def check_timeout(timeout) -> None:
         )
 
 
-def _timed_out(name: str, timeout: float) -> TimeoutError:
-    return TimeoutError(f"Tool {name} timed out after {timeout:g} s.")  # what the agent reads
+def _timed_out(name: str, timeout: float) -> ToolCallTimeout:
+    return ToolCallTimeout(f"Tool {name} timed out after {timeout:g} s.")  # what the agent reads
 
 
 def _called(name: str, tool: Callable, arguments: dict, timeout: float | None):
@@ -106,9 +115,15 @@ async def _together(calls: list[tuple[str, Any]], timeout: float | None) -> list
     async def one(name: str, awaitable):
         if timeout is None:
             return await awaitable
-        try:
-            return await asyncio.wait_for(awaitable, timeout)
-        except TimeoutError:
-            raise _timed_out(name, timeout) from None
+        # `asyncio.wait`, not `wait_for`: a TimeoutError the tool raises itself (its client's own limit, a lost world:
+        # `rollout.faults`) stays the tool's, and only the trainer's limit gives `ToolCallTimeout`.
+        task = asyncio.ensure_future(awaitable)
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its cancellation ends, as wait_for's
+                await task
+            raise _timed_out(name, timeout)
+        return task.result()
 
     return await asyncio.gather(*(one(name, awaitable) for name, awaitable in calls), return_exceptions=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from trl import GRPOTrainer
@@ -33,6 +34,8 @@ from trl.chat_template_utils import (
 
 from ..generation.output import Generation
 from .calls import call_tools, check_timeout
+from .faults import EnvironmentLost
+from .tree import local_sync
 
 
 def tools_per_agent(tools, num_agents: int) -> list[list[Callable]]:
@@ -116,9 +119,10 @@ def tool_loop(
     max_iterations: int | None,
     max_completion_length: int,
     max_model_length: int | None = None,
-    any_left: Callable[[bool], bool] = bool,
+    any_left: Callable[[bool, BaseException | None], bool] | None = None,
     ran: Callable[[int, list[dict], list[dict]], None] | None = None,
     timeout: float | None = None,
+    lost: Callable[[int, dict, BaseException], BaseException | None] | None = None,
 ) -> ToolResults:
     """TRL's tool-calling loop over one agent's completions.
 
@@ -130,22 +134,33 @@ def tool_loop(
         generate_more: one continuation per token sequence (and its log-probs), cut after the first EOS. Called in
             every round on every process, with no sequence where this one has none.
         max_iterations: rounds of tool calls at most (None: no limit, TRL's default).
-        any_left: whether any process still has tool calls (distributed: every process runs the same rounds).
+        any_left: ``any_left(has_calls, error)``: whether any process still has tool calls (distributed: every
+            process runs the same rounds), raising on every process if any failed (`error`: this one's, or None).
+            By default this process alone (`rollout.tree.local_sync`).
         ran: ``ran(completion, tool_calls, tool_messages)`` after each completion's calls ran, rolled back or not (an
             environment records the calls made on its world).
         timeout: seconds one call may run (`MAGRPOConfig.tool_call_timeout`; None: no limit).
+        lost: ``lost(completion, call, error)``: the exception to raise for a call's `error` (an environment's world
+            that is gone, `rollout.faults`), or None for TRL's rule. After such a call this process makes no other
+            call; it still joins the round's generation (with nothing to continue) and reports the error through
+            `any_left`, so that every process stops at the same point.
     """
+    any_left = any_left or local_sync
     completion_ids = [list(ids) for ids in completion_ids]
     masks = [[1] * len(ids) for ids in completion_ids]
     logps = None if sampling_logps is None else [list(lp) for lp in sampling_logps]
     calls, failures = [0] * len(completion_ids), [0] * len(completion_ids)
     messages = [[parse(c, ids, list(prompt_ids[c]))] for c, ids in enumerate(completion_ids)]
     pending = [(c, turns[0]["tool_calls"]) for c, turns in enumerate(messages) if turns[0].get("tool_calls")]
-    rounds = 0
-    while any_left(bool(pending)) and (max_iterations is None or rounds < max_iterations):
+    rounds, error = 0, None
+    while any_left(bool(pending), error) and (max_iterations is None or rounds < max_iterations):
         ready = []  # (completion, tool tokens, prompt + completion + tool tokens)
         for c, tool_calls in pending:
-            results, failed = call_tools(tool_calls, tools[c], timeout)
+            try:
+                results, failed = call_tools(tool_calls, tools[c], timeout, lost and partial(lost, c))
+            except EnvironmentLost as err:  # no other call; `any_left` stops every process at the next check
+                error, ready = err, []
+                break
             if ran is not None:
                 ran(c, tool_calls, results)
             calls[c], failures[c] = calls[c] + len(tool_calls), failures[c] + failed
@@ -238,7 +253,7 @@ class ToolCalling:
         worlds: list | None,
         generator,
         greedy: bool = False,
-        any_left: Callable[[bool], bool] = bool,
+        any_left: Callable[[bool, BaseException | None], bool] | None = None,
     ) -> Generation:
         """The generation after TRL's tool loop: completions extended with tool rounds, their tool masks, counts.
         `generator` (`generation.base.Generator`) samples the continuations and knows each agent's context."""
@@ -269,6 +284,7 @@ class ToolCalling:
             any_left=any_left,
             ran=(lambda c, calls, results: self.worlds.record(worlds[c], agent, calls, results)) if worlds else None,
             timeout=self.timeout,
+            lost=(lambda c, call, error: self.worlds.lost(worlds[c], agent, call, error)) if worlds else None,
         )
         texts = tokenizer.batch_decode(results.completion_ids, skip_special_tokens=True)
         return Generation(

@@ -177,11 +177,18 @@ def run_rollout(
     if worlds is not None:
         worlds.release()  # the last rollout's worlds go back to the pool
     for r, row in enumerate(rows):
-        prompts = list(agent_prompts(row))
-        if worlds is not None:  # turn 1 needs no copy: one pooled instance per joint action, reset with the row
-            forks[len(tree.nodes)], prompts = worlds.start(row, prompts, num_generations)
-        tree.nodes.append(Node(row=r, turn=1, prompts=prompts, parent=None))
+        tree.nodes.append(Node(row=r, turn=1, prompts=list(agent_prompts(row)), parent=None))
         live.append(len(tree.nodes) - 1)
+    if worlds is not None:  # turn 1 needs no copy: one pooled instance per joint action, reset with the row
+        error = None
+        try:
+            for n in live:
+                node = tree.nodes[n]
+                forks[n], node.prompts = worlds.start(rows[node.row], node.prompts, num_generations)
+        except Exception as err:
+            error = err
+        # A reset that failed (its server gone, say) stops every process here, before any generation's collectives.
+        sync(True, error)
 
     for turn in range(1, num_turns + 1):
         # A failure in this turn's generation, reward or transition is handed to `sync`, which re-raises it here and
@@ -209,6 +216,8 @@ def run_rollout(
             )
             error = None
         except Exception as err:
+            if getattr(err, AGREED, False):  # every process already stopped on it (a world lost in a tool round)
+                raise
             error, live = err, []
         if not sync(bool(live), error) or turn == num_turns:
             break
@@ -258,8 +267,19 @@ def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score
     return next_live
 
 
-def local_sync(has_live_nodes: bool, error: BaseException | None) -> bool:
+# Set on an exception that `sync` raised on every process at once: `run_rollout` re-raises it as it is, with no
+# second agreement that the processes which already stopped would never join.
+AGREED = "_trl_multiagent_agreed"
+
+
+def agreed(error: BaseException) -> BaseException:
+    """`error`, marked as raised on every process (`AGREED`)."""
+    setattr(error, AGREED, True)
+    return error
+
+
+def local_sync(has_live_nodes: bool, error: BaseException | None = None) -> bool:
     """`run_rollout`'s end-of-turn rule on one process: re-raise a failure, go on while nodes are live."""
     if error is not None:
-        raise error
+        raise agreed(error)
     return has_live_nodes

@@ -50,6 +50,7 @@ What a team adds:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import functools
@@ -63,6 +64,7 @@ from transformers.utils import logging
 
 from .callables import _short
 from .calls import call_tools
+from .faults import EnvironmentLost, is_lost
 from .forks import FORK_HOOK, Journal, Round, random_state, replay, set_random_state
 from .pool import WorldPool
 
@@ -164,7 +166,7 @@ class Worlds:
         if cls not in self.agent_names:
             self.agent_names[cls] = _per_agent_names(cls, tool_method_names(cls), self.num_agents)
             if callable(getattr(probe, "get_reward", None)):
-                self.reward_funcs.append(_reward_column(cls))
+                self.reward_funcs.append(_reward_column(cls, self._where))
 
     def route(self, row: dict):
         """The routing key of the row's environment (None for a single factory)."""
@@ -225,10 +227,13 @@ class Worlds:
         try:
             return world.reset(**journal.columns), random_state()
         except Exception as err:
-            raise RuntimeError(
+            message = (
                 f"MAGRPOTrainer: {type(world).__name__}.reset(**row) raised {type(err).__name__}: {err}, on the row "
                 f"{_short(journal.columns)}."
-            ) from err
+            )
+            if is_lost(err):
+                raise EnvironmentLost(f"{message} {_LOST}") from err
+            raise RuntimeError(message) from err
         finally:
             set_random_state(now)
 
@@ -255,7 +260,9 @@ class Worlds:
             )
         if method == "replay":
             forked = self.pool.take(journal.name)
-            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, self.call_tools, turn)
+            lost = partial(self._lost, cls, journal, None)  # a replayed call whose world is gone ends the rollout
+            call = partial(self.call_tools, lost=lost)
+            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, call, turn)
         else:
             self.pool.adopt(forked)
         if self.fork_methods.get(cls) != method:  # the first fork of the class, or a copy that failed this time
@@ -280,6 +287,30 @@ class Worlds:
         ours = [(c, m["content"]) for c, m in zip(calls, messages, strict=True) if _call_name(c) in names]
         if ours:
             journal.rounds.append(Round(journal.turn, agent, [c for c, _ in ours], [m for _, m in ours]))
+
+    def lost(self, world: Any, agent: int, call: dict, error: BaseException) -> EnvironmentLost | None:
+        """For the tool loop: the error that ends the rollout when agent `agent`'s `call` of `world`'s own method
+        raised one meaning that the world is gone (`rollout.faults`); None otherwise (TRL's rule: the agent reads
+        the error)."""
+        if _call_name(call) not in self.agent_names[type(world)][agent]:
+            return None  # a plain tool of `tools=`: TRL's rule, whatever it raised
+        return self._lost(type(world), self.journals[id(world)][1], agent, call, error)
+
+    def _lost(self, cls: type, journal: Journal, agent: int | None, call: dict, error: BaseException):
+        if not is_lost(error):
+            return None
+        function = call.get("function", {})
+        who = f"agent {agent}'s call" if agent is not None else "replaying the call"
+        return EnvironmentLost(
+            f"MAGRPOTrainer: the environment {cls.__name__} is gone: {who} {function.get('name')}"
+            f"({_short(function.get('arguments'))}) in turn {journal.turn} raised {type(error).__name__}: {error}, on "
+            f"the row {_short(journal.columns)}. {_LOST}"
+        )
+
+    def _where(self, world: Any) -> str:
+        """The row and turn of `world` (for errors)."""
+        entry = self.journals.get(id(world))
+        return "" if entry is None else f"on the row {_short(entry[1].columns)}, turn {entry[1].turn}"
 
     def check(self, row: dict, prompts: list, count: int, num_turns: int) -> list:
         """Before any generation: the worlds of `count` joint actions on `row` (distinct pooled instances, each reset
@@ -310,6 +341,13 @@ _FORK_SAID = {
 }
 
 
+_LOST = (
+    "Its server died or stopped answering (`trl_multiagent.rollout.faults`), and the world's state with it, so the "
+    "rollout stops here on every process, before this step's update: the checkpoints saved so far are whole. Restart "
+    "the server and resume from the last checkpoint (`resume_from_checkpoint`)."
+)
+
+
 def _call_name(call: dict) -> str | None:
     return call.get("function", {}).get("name")
 
@@ -327,10 +365,11 @@ def with_observation(prompt, observation):
     return [*prompt[:-1], {**last, "content": content + observation}]
 
 
-def _reward_column(cls: type) -> Callable:
+def _reward_column(cls: type, where: Callable[[Any], str]) -> Callable:
     """The world's `get_reward()` as a joint reward function named after its class (TRL's column): one value per joint
     action (one list per joint action, a value per agent, with ``per_agent_reward = True``, which the function keeps as
-    its attribute), None for a joint action whose world is of another class."""
+    its attribute), None for a joint action whose world is of another class. A `get_reward` that raises an error
+    meaning its world is gone raises `EnvironmentLost`, with the row and turn (`where(world)`)."""
     per_agent = getattr(cls, "per_agent_reward", False)
     if not isinstance(per_agent, bool):
         raise TypeError(f"MAGRPOTrainer: {cls.__name__}.per_agent_reward must be True or False, got {per_agent!r}.")
@@ -344,15 +383,35 @@ def _reward_column(cls: type) -> Callable:
             )
         return value
 
+    @contextlib.contextmanager
+    def reading(world):
+        try:
+            yield
+        except Exception as err:
+            if is_lost(err):
+                raise EnvironmentLost(
+                    f"MAGRPOTrainer: the environment {cls.__name__} is gone: get_reward() raised "
+                    f"{type(err).__name__}: {err}, {where(world)}. {_LOST}"
+                ) from err
+            raise
+
     if inspect.iscoroutinefunction(cls.get_reward):
 
+        async def value(world):
+            with reading(world):
+                return checked(await world.get_reward())
+
         async def reward(*completions, environments, **kwargs):
-            return [checked(await e.get_reward()) if type(e) is cls else None for e in environments]
+            return [await value(e) if type(e) is cls else None for e in environments]
 
     else:
 
+        def value(world):
+            with reading(world):
+                return checked(world.get_reward())
+
         def reward(*completions, environments, **kwargs):
-            return [checked(e.get_reward()) if type(e) is cls else None for e in environments]
+            return [value(e) if type(e) is cls else None for e in environments]
 
     reward.__name__ = reward.__qualname__ = cls.__name__
     reward.per_agent_reward = per_agent  # read where the columns join the rewards (`arguments.joint_reward`)
