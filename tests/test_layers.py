@@ -12,7 +12,14 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
     ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "flags", "model_card"]
-    + ["rollout.calls", "rollout.pool", "rollout.forks", "rollout.worlds"],  # environments: plain Python
+    + [
+        "rollout.calls",
+        "rollout.pool",
+        "rollout.forks",
+        "rollout.worlds",
+        "rollout.faults",
+        "rollout.openenv",
+    ],  # plain Python
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],

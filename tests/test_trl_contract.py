@@ -19,6 +19,7 @@ TRL_TESTS = Path(
 )
 
 
+@pytest.mark.slow  # about 4 minutes (and the offline models' first build): CI's slow stage runs it
 def test_trl_grpo_tests_pass_swapped_ci_subset(tmp_path):
     if not (TRL_TESTS / "test_grpo_trainer.py").exists():
         pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
