@@ -132,12 +132,14 @@ def test_wandb_gets_each_step_as_a_table_with_a_parent_column(tmp_path, tokenize
     import glob
     import json
 
+    import wandb
+
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
+    # wandb keeps its first settings (WANDB_DIR included) for the process: start afresh, as a new process would
+    wandb.teardown()
     trainer = train(tmp_path, tokenizer, report_to="wandb", run_name="trees")
-    import wandb
-
     wandb.finish()
     tables = sorted(
         glob.glob(
