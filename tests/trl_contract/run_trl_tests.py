@@ -293,7 +293,10 @@ def start_run(mode, tests_dir, workdir, assets_root, selection, extra) -> tuple[
     env.setdefault("OMP_NUM_THREADS", "1")
     command = pytest_command(selection, extra)
     log = open(results_dir / f"{mode}.log", "w")  # closed by finish_run
-    say(f"run_trl_tests: [{mode}] {' '.join(command)}  (in {run_dir}; log {log.name})")
+    shown = (
+        " ".join(command) if len(selection) <= 3 else " ".join([*command[:3], f"<{len(selection)} test ids>", *extra])
+    )
+    say(f"run_trl_tests: [{mode}] {shown}  (in {run_dir}; log {log.name})")
     process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
     return process, {
         "mode": mode,
