@@ -35,7 +35,6 @@ completion), and prints the first-quarter / last-quarter summary and two transcr
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 
@@ -48,7 +47,7 @@ from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
-from trl_multiagent.demo.summary import summary_lines
+from trl_multiagent.demo.summary import run_report
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 
@@ -194,15 +193,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     trainer.save_state()
 
     if trainer.is_world_process_zero():
-        print("\n".join(summary_lines(trainer.state.log_history)))
-        print("\n".join(samples.lines()))
-        try:
-            from trl_multiagent.demo.plot import plot_run
-
-            png = plot_run(trainer.state.log_history, os.path.join(training_args.output_dir, "rewards.png"))
-            print(f"Reward and tool-call curves: {png}")
-        except (ImportError, ValueError) as error:
-            print(f"No curves: {error}")
+        print("\n".join(run_report(trainer, samples)))
     return trainer
 
 
