@@ -49,7 +49,7 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
 - `GRPOTrainer._prepare_inputs` -- trainer.py (overridden: one micro-batch holds every agent) -- signature
   `(self, generation_batch)`; `Trainer.training_step` calls it once per micro-step and hands its result to
   `compute_loss` as it is (`GRPOTrainer.prediction_step` likewise).
-- `GRPOTrainer._get_train_sampler` -- trainer.py (wrapped in update/batching.py's `EpochSeededSampler`) -- signature
+- `GRPOTrainer._get_train_sampler` -- checkpoint.py (wrapped in update/batching.py's `EpochSeededSampler`) -- signature
   `(self, dataset)`; returns TRL's `RepeatSampler`, whose `shuffle`, `seed` and `generator` the wrapper reads, and
   whose order is drawn from `generator` alone (seeding it fixes the order).
 - `GRPOTrainer` instance attributes (`accelerator`, `beta`, `chat_template_kwargs`, `generation_kwargs`,
@@ -75,6 +75,9 @@ transformers
   each micro-step, to the number of micro-batches of the current accumulation window.
 - `Trainer._get_output_dir` -- checkpoint.py (`_save_checkpoint`) -- signature `(self, trial)`; without a trial, the
   run's `output_dir`, in which `Trainer._save_checkpoint` writes `checkpoint-{step}`.
+- `Trainer._remove_unused_columns` -- environment_lifecycle.py (overridden: every column is kept for the environments)
+  -- signature `(self, dataset, description)`; where Trainer drops dataset columns (its dataloaders call it);
+  GRPOTrainer does not override it.
 - `Trainer._save`, `Trainer._save_checkpoint`, `Trainer._load_from_checkpoint` (overridden), `rotate_checkpoints`
   -- checkpoint.py -- signatures; `_save_checkpoint` rotates with `save_total_limit=self.args.save_total_limit`
   (which the package sets to None around it, to rotate after the completion marker).
@@ -495,7 +498,17 @@ def test_tool_suffix_ids_reads_only_what_the_team_gives_it():
     )
 
 
-@contract("trl", "GRPOTrainer._get_train_sampler", used_in="trainer.py, update/batching.py")
+@contract("transformers", "Trainer._remove_unused_columns", used_in="environment_lifecycle.py")
+def test_remove_unused_columns_is_the_one_place_columns_are_dropped():
+    from transformers import Trainer
+
+    assert params(Trainer._remove_unused_columns) == ["self", "dataset", "description"]
+    assert "_remove_unused_columns" not in vars(GRPOTrainer), "GRPOTrainer now overrides `_remove_unused_columns`"
+    source = inspect.getsource(Trainer)
+    assert "self._remove_unused_columns(" in source, "Trainer no longer drops columns through it"
+
+
+@contract("trl", "GRPOTrainer._get_train_sampler", used_in="checkpoint.py, update/batching.py")
 def test_train_sampler_order_is_drawn_from_its_generator(tmp_path):
     from trl_multiagent.update.batching import EpochSeededSampler
 
