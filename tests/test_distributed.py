@@ -76,12 +76,12 @@ def assert_same(a, b, **tolerance):
         torch.testing.assert_close(a[name], b[name], msg=name, **tolerance)
 
 
-def assert_ranks_identical_and_saved(output_dir, info, weights):
+def assert_ranks_identical_and_saved(output_dir, info, weights, num_agents=2):
     from transformers import AutoModelForCausalLM
 
     assert info["num_processes"] == 2
     assert_same(weights[0], weights[1], rtol=0, atol=0)
-    for i in range(2):
+    for i in range(num_agents):
         loaded = AutoModelForCausalLM.from_pretrained(os.path.join(output_dir, "final", f"agent_{i}"))
         for name, p in loaded.named_parameters():
             torch.testing.assert_close(p, weights[0][f"{i}.{name}"], msg=name)
@@ -209,6 +209,23 @@ def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
         assert max(others) == 0
     else:
         assert min(others) > 0
+
+
+def test_one_agent_is_the_wrapped_model_under_ddp_and_zero3(tmp_path):
+    """A team of one: the Trainer's model is the agent itself (GRPOTrainer's layout), so DDP and the ZeRO-3 engine wrap
+    the agent, not the team. Both ranks train it identically and it moves; ZeRO-3 reaches DDP's weights, and its saved
+    `agent_0/` (written from the gathered state dict, whose keys are the agent's own) loads to them."""
+    pytest.importorskip("deepspeed")
+    info, ddp = finished(tmp_path / "ddp", "--max_steps", 2, "--one_agent")
+    assert_ranks_identical_and_saved(tmp_path / "ddp", info, ddp, num_agents=1)
+    start = {k: v for k, v in initial_weights().items() if k.startswith("0.")}
+    assert ddp[0].keys() == start.keys()
+    assert max((ddp[0][k] - start[k]).abs().max().item() for k in start) > 1e-4
+    zero3_config = os.path.join(DS_CONFIGS, "ds_zero3.json")
+    info, zero3 = finished(tmp_path / "zero3", "--max_steps", 2, "--one_agent", "--deepspeed", zero3_config)
+    assert info["distributed_type"] == "DistributedType.DEEPSPEED"
+    assert_ranks_identical_and_saved(tmp_path / "zero3", info, zero3, num_agents=1)
+    assert_same(zero3[0], ddp[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

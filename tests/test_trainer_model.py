@@ -1,5 +1,6 @@
-"""`trainer.model` as TRL code uses it: `generate` (patched, as TRL's tests patch it, it is the one that runs),
-`peft_config`, `save_pretrained`; `trainer.team.agent(i)` reaches agent i."""
+"""`trainer.model` as TRL code uses it. A team of one: the agent's own model, as GRPOTrainer's (class, parameter names,
+`lm_head`, `generate`, `peft_config`, `save_pretrained`). Several agents: the team (`AgentTeam`), whose `generate`,
+`peft_config` and `save_pretrained` serve the same code; `trainer.team.agent(i)` reaches agent i in both."""
 
 from unittest.mock import patch
 
@@ -42,6 +43,57 @@ def test_a_patched_generate_on_trainer_model_is_the_one_that_runs(tmp_path, toke
         trainer.train()
     assert generate.call_count == 1 and seen == ["ok"] * 4  # 2 prompts x K=2, all from the patched generate
     assert trainer.state.log_history[0]["reward"] == 1.0
+
+
+def lengths(completions, **kwargs):
+    return [float(len(c)) for c in completions]
+
+
+def test_one_agents_trainer_model_is_the_agent_itself(tmp_path, tokenizer):
+    agent = make_model(tokenizer)
+    names = [name for name, _ in make_model(tokenizer).named_parameters()]
+    trainer = MAGRPOTrainer(
+        agents=[agent], tokenizer=tokenizer, reward_funcs=lengths,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
+    )  # fmt: skip
+    assert trainer.model is agent and trainer.team.agent(0) is agent
+    assert type(trainer.model) is type(agent)  # TRL's trust_remote_code test reads the class name
+    assert [name for name, _ in trainer.model.named_parameters()] == names  # no "agents.0." prefix
+    assert trainer.model.lm_head.weight.dtype == torch.float32
+    trainer.train()
+    assert trainer.model is agent
+
+
+def test_one_lora_agent_trains_its_adapter_under_grpotrainers_parameter_names(tmp_path, tokenizer):
+    """TRL's PEFT tests, for `model=` with `peft_config` and one agent: the parameters `trainer.model` names
+    `base_model.model.<base name>` (and the wrapped `base_layer`s) stay as they were, every other one (the adapter's)
+    moves."""
+    base = make_model(tokenizer)
+    base_names = {f"base_model.model.{name}" for name, _ in base.named_parameters()}
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = MAGRPOTrainer(
+        model=base, num_agents=1, tokenizer=tokenizer, peft_config=lora, reward_funcs=lengths,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}),
+        args=args(tmp_path, num_generations=4, per_device_train_batch_size=8, max_new_tokens=8, max_steps=2,
+                  learning_rate=0.05),
+    )  # fmt: skip
+    before = {name: p.clone() for name, p in trainer.model.named_parameters()}
+    assert "base_model.model.model.embed_tokens.weight" in before and any("lora_A" in name for name in before)
+    trainer.train()
+    for name, p in before.items():
+        if name in base_names or ".base_layer." in name:  # the frozen base, under LoRA's wrapper or not
+            assert torch.equal(p, trainer.model.get_parameter(name)), name
+        else:
+            assert not torch.allclose(p, trainer.model.get_parameter(name)), name
+
+
+def test_a_teams_trainer_model_is_the_team(tmp_path, tokenizer):
+    agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
+    trainer = MAGRPOTrainer(
+        agents=agents, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
+    )  # fmt: skip
+    assert trainer.model is trainer.team and [trainer.team.agent(i) for i in range(2)] == agents
 
 
 def test_peft_config_and_save_pretrained_of_one_adapter_agent_are_the_agents(tmp_path, tokenizer):

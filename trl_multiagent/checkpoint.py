@@ -316,6 +316,8 @@ class TeamCheckpointing:
         """Write `agent_{i}/` for each agent (`save_team`): full weights or a PEFT adapter, its tokenizer."""
         if self.args.should_save:
             output_dir = output_dir if output_dir is not None else self.args.output_dir
+            if state_dict is not None and self.team.trainer_model is not self.team:  # a team of one: the agent's
+                state_dict = {f"agents.0.{key}": value for key, value in state_dict.items()}
             save_team(self.team, self.tokenizers, output_dir, state_dict)
             torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
@@ -324,7 +326,7 @@ class TeamCheckpointing:
 
         For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
         """
-        save_merged_team(self.accelerator.unwrap_model(self.model), self.tokenizers, output_dir)
+        save_merged_team(self.team, self.tokenizers, output_dir)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`).
@@ -370,8 +372,7 @@ class TeamCheckpointing:
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """Every agent's weights (or adapter) from `agent_{i}/` (`load_team`), and each agent's adaptive entropy
         coefficient where the checkpoint has them."""
-        team = self.accelerator.unwrap_model(model if model is not None else self.model)
-        load_team(team, resume_from_checkpoint)
+        load_team(self.team, resume_from_checkpoint)
         path, control = (
             os.path.join(resume_from_checkpoint, ENTROPY_STATE_NAME),
             getattr(self, "entropy_control", None),

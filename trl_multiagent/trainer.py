@@ -26,7 +26,6 @@ from .metrics import completion_log_rows, completion_logs, rollout_metrics, roll
 from .rollout import RolloutTree, run_rollout
 from .rollout.credit import team_advantages
 from .rollout.worlds import closes_worlds_on_error
-from .team import AgentTeam
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .team.optimizer import AgentLearningRates
 from .timing import Reading, RolloutTimes, UpdateTimes
@@ -44,7 +43,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
 
     What changes from [`~trl.GRPOTrainer`]:
 
-    - the model is an [`AgentTeam`] of N policies, so one optimizer and one accelerate/DeepSpeed engine hold them all;
+    - the model is an [`AgentTeam`] of N policies, so one optimizer and one accelerate/DeepSpeed engine hold them all
+      (one agent: its own model, as GRPOTrainer's; `AgentTeam.trainer_model`);
     - `_generate_and_score_completions` grows a rollout tree per prompt (`rollout.run_rollout`): each turn, one batched
       generation per agent over every live node (transformers `generate`, or vLLM with `use_vllm=True`: see
       `generation`), one call of the joint reward, and the transition for each branch that goes on; advantages are
@@ -148,7 +148,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
         with arguments.grpo_trainer_settings(args, self.environment.joint_reward.weights):
             super().__init__(
-                model=self.team,
+                model=self.team.trainer_model,  # a team of one: the agent's own model, as GRPOTrainer's
                 reward_funcs=reward_funcs,
                 args=args,
                 train_dataset=inputs.train_dataset,
@@ -165,7 +165,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
-        self.ref_team, reference_sync = build_reference(self.accelerator, self.model, args, self.temperature)
+        self.ref_team, reference_sync = build_reference(self.accelerator, self.team, args, self.temperature)
         self.ref_model = self.ref_team  # GRPOTrainer's name (None for adapters, as GRPOTrainer's with PEFT)
         self.tools = self.tool_calling.all_tools() if self.tool_calling else []  # GRPOTrainer's: every agent's
         if reference_sync is not None:  # sync_ref_model: each agent's reference (a copy, or an adapter) follows it
@@ -380,20 +380,20 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         earlier = 0.0  # the loss of the chunks already backpropagated, for the logged value
         for chunk, weights in chunks[:-1]:
             with deferred_gradient_reduction(self.accelerator, model, self.is_deepspeed_enabled):
-                loss = model(run=partial(self._team_loss, chunk, weights))
+                loss = self.team.in_one_forward(model, partial(self._team_loss, chunk, weights))
                 if torch.is_grad_enabled():
                     kwargs = {"scale_wrt_gas": False} if self.is_deepspeed_enabled else {}  # as the Trainer's backward
                     self.accelerator.backward(loss, **kwargs)
             earlier = earlier + loss.detach()
-        loss = model(run=partial(self._team_loss, *chunks[-1])) + earlier
+        loss = self.team.in_one_forward(model, partial(self._team_loss, *chunks[-1])) + earlier
         self.log_policy_loss()  # with the entropy bonus, as GRPOTrainer (`update.entropy`)
         return loss
 
-    def _team_loss(self, inputs: list[dict], weights: list[float], team: AgentTeam) -> torch.Tensor:
+    def _team_loss(self, inputs: list[dict], weights: list[float], forward: torch.nn.Module) -> torch.Tensor:
         loss = 0.0
         for agent, (agent_inputs, weight) in enumerate(zip(inputs, weights, strict=True)):
             if agent not in self.trainable_agents:
                 continue  # a frozen agent acts in rollouts but has nothing to learn
-            with team.acting(agent), self._ratio_from_loss.expecting(agent, agent_inputs):
-                loss = loss + weight * self._compute_loss(team, agent_inputs)
+            with self.team.acting(agent), self._ratio_from_loss.expecting(agent, agent_inputs):
+                loss = loss + weight * self._compute_loss(forward, agent_inputs)
         return loss

@@ -7,6 +7,7 @@ import argparse
 import atexit
 import contextlib
 import json
+import math
 import os
 import signal
 import time
@@ -21,6 +22,11 @@ from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
 from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rollout import Generation
+
+
+def eight_characters(completions, **kwargs):
+    """One agent's reward, in TRL's convention: answers of about 8 characters."""
+    return [math.exp(-abs(len(c) - 8) / 4) for c in completions]
 
 
 class StopAt(TrainerCallback):
@@ -168,6 +174,7 @@ def main():
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
     parser.add_argument("--shared_lora", action="store_true", help="one base model with a LoRA adapter per agent")
+    parser.add_argument("--one_agent", action="store_true", help="a team of one, rewarded for 8-character answers")
     parser.add_argument("--shuffle", action="store_true", help="shuffle the prompts every epoch")
     parser.add_argument("--save_total_limit", type=int, default=None)
     parser.add_argument(
@@ -187,7 +194,7 @@ def main():
         import deepspeed  # noqa: F401
     environment = dict(os.environ)
     args = MAGRPOConfig(
-        output_dir=cli.output_dir, num_turns=2, early_termination_threshold=0.55, num_generations=2,
+        output_dir=cli.output_dir, num_turns=1 if cli.one_agent else 2, early_termination_threshold=0.55, num_generations=2,
         per_device_train_batch_size=cli.per_device_train_batch_size, max_new_tokens=6, max_steps=cli.max_steps,
         learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, logging_steps=1,
         report_to="none", seed=0, save_steps=cli.save_steps, shuffle_dataset=cli.shuffle, save_total_limit=cli.save_total_limit, disable_tqdm=True,
@@ -224,12 +231,15 @@ def main():
 
         team = {"model": make_model(tokenizer, seed=0, **size), "num_agents": 2,
                 "peft_config": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"])}  # fmt: skip
+    elif cli.one_agent:  # GRPOTrainer's case: `trainer.model` is the agent itself, not the team
+        team = {"agents": [make_model(tokenizer, seed=0, **size)]}
     else:
         team = {"agents": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
     trainer = trainer_class(
         **team,
         tokenizer=tokenizer,
-        reward_func=length_ratio_reward, external_transition=feedback,
+        reward_func=eight_characters if cli.one_agent else length_ratio_reward,
+        external_transition=None if cli.one_agent else feedback,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 2}), args=args,
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,
     )  # fmt: skip
@@ -266,9 +276,8 @@ def main():
         kill_while_saving(trainer, cli.kill_at, cli.kill_point)
     trainer.train(resume_from_checkpoint=True if cli.resume == "latest" else cli.resume)
     trainer.save_model(os.path.join(cli.output_dir, "final"))
-    team = trainer.accelerator.unwrap_model(trainer.model)
     weights = {}
-    for i, agent in enumerate(team.agents):
+    for i, agent in enumerate(trainer.team.agents):
         with gathered(agent, trainer):
             for name, p in agent.named_parameters():
                 weights[f"{i}.{name}"] = p.detach().cpu().clone()

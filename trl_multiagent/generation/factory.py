@@ -41,6 +41,7 @@ def build_generator(
     if not args.use_vllm:
         return TransformersGenerator(
             **common,
+            team=team,
             wrapped_model=wrapped_model,
             accelerator=accelerator,
             generation_kwargs=generation_kwargs,

@@ -32,6 +32,7 @@ class TransformersGenerator(Generator):
     def __init__(
         self,
         *,
+        team,
         wrapped_model: Callable[[], torch.nn.Module],
         accelerator,
         generation_kwargs: dict,
@@ -41,6 +42,7 @@ class TransformersGenerator(Generator):
         **common,
     ):
         super().__init__(**common)
+        self.team = team
         self.wrapped_model = wrapped_model  # the Trainer re-wraps its model when training starts (DeepSpeed)
         self.accelerator = accelerator
         self.args = args
@@ -83,8 +85,8 @@ class TransformersGenerator(Generator):
                 self.accelerator,
                 gather_deepspeed3_params=False,  # one agent at a time, below
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as team,
-            team.acting(agent) as acting_model,
+            ),
+            self.team.acting(agent) as acting_model,
             self._gathered(acting_model, wrapped),
             torch.no_grad(),
         ):
@@ -96,7 +98,7 @@ class TransformersGenerator(Generator):
                 and prefill_applies(generation_config, acting_model)
                 and not (self.zero3 and not self.args.ds3_gather_for_generation)
             )
-            completions, generate = [], partial(self._generate, acting_model, agent, team_generate=team.generate)
+            completions, generate = [], partial(self._generate, acting_model, agent, team_generate=self.team.generate)
             for call in calls[:real_calls]:
                 completions += generate(call, num_generations, generation_config, shared)
             device = self.accelerator.device

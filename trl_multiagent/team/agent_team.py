@@ -145,12 +145,20 @@ class AgentTeam(nn.Module):
         self._activate(self.active)
         return pairs
 
-    def forward(self, *args, run=None, **kwargs):
-        """The active agent's forward; or, with `run=fn`, `fn(self)`.
+    @property
+    def trainer_model(self) -> nn.Module:
+        """The model the Trainer holds (`trainer.model`): for a team of one, that agent's own model, as GRPOTrainer's
+        (TRL code reads its parameter names, `lm_head`, class and PEFT attributes); for several, the team."""
+        return self.agents[0] if self.num_agents == 1 else self
 
-        `run` lets one call of the wrapped team (DDP, DeepSpeed) hold the forwards of every agent, so that the wrapper
-        sees exactly one forward per backward, as it requires.
-        """
+    def in_one_forward(self, wrapped: nn.Module, run):
+        """`run(module)` inside one call of `wrapped` (the Trainer's model, as DDP or DeepSpeed wrap it), where
+        `module`'s forward is the acting agent's: the wrapper sees exactly one forward per backward, as it requires.
+        A team of one is the Trainer's model itself (`trainer_model`): `run` calls its wrapper directly."""
+        return run(wrapped) if self.trainer_model is not self else wrapped(run=run)
+
+    def forward(self, *args, run=None, **kwargs):
+        """The active agent's forward; or, with `run=fn`, `fn(self)` (`in_one_forward`)."""
         if run is not None:
             return run(self)
         return self.agent(self.active)(*args, **kwargs)

@@ -112,7 +112,7 @@ def fused_heads_on_agents(team: AgentTeam, temperature: float, cast_lm_head_to_f
     the team container, as a `forward` attribute; the head belongs on each agent, where the loss calls it. With
     `cast_lm_head_to_fp32`, each agent's LM head is cast first (`cast_lm_head_to_float32`), as GRPOTrainer casts its
     model's."""
-    del team.forward  # GRPOTrainer's patch on the container (an instance attribute; under contract)
+    vars(team).pop("forward", None)  # GRPOTrainer's patch on the container, when the container is its model
     for i, agent in enumerate(team.agents):
         if is_peft_available() and isinstance(agent.get_output_embeddings(), BaseTunerLayer):
             # GRPOTrainer's check, which sees only the container: the log-probs read `lm_head.weight` directly
