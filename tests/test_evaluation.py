@@ -69,10 +69,10 @@ class ScriptedTrainer:
 
     def __init__(self, num_agents, num_turns, length, k=1, encoded=False):
         self.num_agents, self.num_turns, self.length, self.k, self.encoded = num_agents, num_turns, length, k, encoded
-        self.last_rollout, self.counter = None, 0
+        self.counter = 0
 
-    def _generate_and_score_completions(self, inputs):
-        rows = inputs[:: self.k]  # as the trainer: the batch repeats each prompt K times
+    def rollout(self, rows, num_generations):
+        assert num_generations == self.k
 
         def generate(agent, prompts, environments):
             ids = [[7] * self.length for _ in range(len(prompts) * self.k)]
@@ -90,7 +90,7 @@ class ScriptedTrainer:
                     values.append(float((self.counter * 37) % 11))
             return values
 
-        self.last_rollout = run_rollout(
+        return run_rollout(
             rows, num_agents=self.num_agents, num_generations=self.k, num_turns=self.num_turns, joint_mode="aligned",
             termination_threshold=None, agent_prompts=lambda row: [row["prompt"]] * self.num_agents,
             generate=generate, score=score,

@@ -203,16 +203,16 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self._truncated_prompts += generation.truncated_prompts
         return generation
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        mode, args = ("train" if self.model.training else "eval"), self.args
-        k = self.num_generations if mode == "train" else self.num_generations_eval
-        rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
+    def rollout(self, rows: list[dict], num_generations: int) -> RolloutTree:
+        """One rollout tree over dataset `rows` (a root node each) with the current policies, `num_generations` (K)
+        completions per agent and node: the step's first stage (`rollout.run_rollout`), public for `evaluation`. Kept
+        as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world)."""
         self._rollout_times, self._truncated_prompts = RolloutTimes(), 0
         self.environment.start(self.args.num_turns)
         with self._rollout_times.phase("sync"):
             self.generator.sync_weights(self.state.global_step)  # only after the weights changed
-
-        tree = run_rollout(
+        k = num_generations
+        self.last_rollout = run_rollout(
             rows,
             num_agents=self.num_agents,
             num_generations=k,
@@ -228,8 +228,15 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             branching=self.args.branching,
             branching_top_m=self.args.branching_top_m,
         )
-        self.last_rollout, returns = tree, tree.returns(self.args.discount)  # the newest tree, for `evaluation`
-        self.environments = tree.first_worlds() or None  # GRPOTrainer's: the worlds of this generation's rollouts
+        self.environments = self.last_rollout.first_worlds() or None
+        return self.last_rollout
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode, args = ("train" if self.model.training else "eval"), self.args
+        k = self.num_generations if mode == "train" else self.num_generations_eval
+        rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
+        tree = self.rollout(rows, k)
+        returns = tree.returns(self.args.discount)
         credited = tree.credited_returns(tree.agent_returns(self.args.discount, self.args.team_reward_weight))
         advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)  # (nodes, agents, K)
 

@@ -16,8 +16,8 @@ What it does (`evaluate_team`, which the command calls):
   (`HuggingFaceTB/SmolLM2-135M-Instruct`) loads on the prepared folder (`~/.cache/trl_multiagent/...`,
   `$TRL_MULTIAGENT_CACHE`) when the Hub id is not a folder here; `--base_model` names another base.
 * **The rollout.** The training rollout itself: a `MAGRPOTrainer` built with those agents and the task's reward and
-  transition, put in eval mode (`trainer.model.eval()`), whose `_generate_and_score_completions` grows one tree per
-  held-out prompt; the tree is read from `trainer.last_rollout`. No optimizer step runs and no weight changes. Sampled
+  transition, put in eval mode (`trainer.model.eval()`), whose public `trainer.rollout(rows, K)` grows one tree per
+  held-out prompt. No log-prob pass, optimizer step or weight change runs. Sampled
   (`eval_do_sample=True`, K = `--num_generations` answers per agent and node, aligned joint answers, every joint answer
   continued: K joint answers at turn 1, K^2 at turn 2, ...) or greedy (`--greedy`: K = 1, one joint answer per turn).
   Early termination is off: every prompt reaches every turn, so each turn has one value per prompt.

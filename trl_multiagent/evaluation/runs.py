@@ -9,7 +9,6 @@ import math
 import os
 import sys
 import tempfile
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -156,12 +155,9 @@ def rollout(trainer, prompts: list, k: int, batch_size: int, progress=None) -> P
     rewards, tokens = [], []
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start : start + batch_size]
-        inputs = [{"prompt": p} for p in batch for _ in range(k)]  # as the sampler repeats each prompt K times
-        with torch.no_grad(), warnings.catch_warnings():
-            # K = 1 (greedy, or best-of-N's chains): the advantages' std over one answer warns; nothing uses them here
-            warnings.filterwarnings("ignore", message="std\\(\\): degrees of freedom", category=UserWarning)
-            trainer._generate_and_score_completions(inputs)
-        found = tree_rewards(trainer.last_rollout, len(batch))
+        with torch.no_grad():
+            tree = trainer.rollout([{"prompt": p} for p in batch], k)
+        found = tree_rewards(tree, len(batch))
         rewards += found.rewards
         tokens += found.tokens
         if progress is not None:
