@@ -161,7 +161,6 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.beta, self.use_vllm = args.beta, args.use_vllm
         self._set_up_entropy_bonus(args)  # GRPOTrainer's entropy bonus, per agent (`update.entropy`)
         self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-        self.environment.bind(self)
         attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
@@ -208,7 +207,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         completions per agent and node: the step's first stage (`rollout.run_rollout`), public for `evaluation`. Kept
         as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world)."""
         self._rollout_times, self._truncated_prompts = RolloutTimes(), 0
-        self.environment.start(self.args.num_turns)
+        self.environment.start(self.args.num_turns, self.state)
         with self._rollout_times.phase("sync"):
             self.generator.sync_weights(self.state.global_step)  # only after the weights changed
         k = num_generations
@@ -297,26 +296,20 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
 
-    def log_metric(self, name: str, value: float) -> None:
-        """A value for the current mode's metrics (TRL's `log_metric` reward keyword), averaged when logged."""
-        self._log_metrics("train" if self.model.training else "eval", {name: value})
-
     def _corrects_sampling(self, agent: int) -> bool:
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
         return self.use_vllm and self.vllm_importance_sampling_correction and agent in self.trainable_agents
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
-        env = self.environment
-        stats = rollout_stats(
-            tree, returns, credited, env.reward_values, env.agent_reward_values, tokens, self._truncated_prompts
-        )
+        env, truncated, longest = self.environment, self._truncated_prompts, self.max_completion_length
+        stats = rollout_stats(tree, returns, credited, env.reward_values, env.agent_reward_values, tokens, truncated)
         gathered = gather_object([stats])  # one collective for every process's summary
         if mode == "train":
             self.state.num_input_tokens_seen += sum(s.tokens for s in gathered)
-        self._log_metrics(
-            mode, rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, self.max_completion_length)
-        )
+        self._log_metrics(mode, rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, longest))
         self._log_metrics(mode, self._rollout_times.metrics(env.times))
+        for name, value in env.logged_metrics:  # the rewards' `log_metric` values, as GRPOTrainer's `_metrics`
+            self._log_metrics(mode, {name: value})
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
 
     def _get_per_token_logps_and_entropies(

@@ -47,10 +47,10 @@ class TeamEnvironment:
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
         worlds: the team's environments (`rollout.worlds.Worlds`), or None.
 
-    The rewards get the trainer's state as `trainer_state` and TRL's `log_metric(name, value)`: a fresh `TrainerState`
-    and a no-op until the trainer calls `bind` (the build-time check runs before the trainer exists). TRL's
-    `log_extra(column, values)` keeps each joint action's value in `extra_columns` for the completions table (the
-    build-time check's are checked, then dropped).
+    The rewards get the trainer's state as `trainer_state` (the one `start` was given; a fresh `TrainerState` for the
+    build-time check, which runs before the trainer exists). What they hand back is kept as values for the trainer to
+    log: TRL's `log_metric(name, value)` in `logged_metrics`, `log_extra(column, values)` in `extra_columns` (each
+    joint action's value, for the completions table; the build-time check's are checked, then dropped).
     """
 
     def __init__(
@@ -65,21 +65,13 @@ class TeamEnvironment:
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
         self.worlds = worlds  # `rollout.worlds.Worlds`, or None
         self.later_turn_format, self.tokenizers = later_turn_format, tokenizers
-        self._trainer = None  # set by `bind`
         self.num_agents = len(tokenizers)
         self.start(num_turns=1)
 
-    def bind(self, trainer) -> None:
-        """Give the rewards this trainer's state (`trainer_state=`) and its metrics (`log_metric=`, as TRL's)."""
-        self._trainer = trainer
-
-    def trainer_state(self) -> TrainerState:
-        return self._trainer.state if self._trainer is not None else TrainerState()
-
     def log_metric(self, name: str, value: float) -> None:
-        """TRL's `log_metric` reward keyword: `value` joins the trainer's metrics of the current mode."""
-        if self._trainer is not None:
-            self._trainer.log_metric(name, value)
+        """TRL's `log_metric` reward keyword: `value` joins the step's metrics (`logged_metrics`, which the trainer
+        logs after the rollout, averaged with the step's other values of `name`)."""
+        self.logged_metrics.append((name, value))
 
     def _log_extra(self, action_ids: list[int] | None, column: str, entries: list[tuple]) -> None:
         """`rewards.JointReward`'s `log_extra` sink: `(index in action_ids, agent or None, value)` entries; None
@@ -89,8 +81,10 @@ class TeamEnvironment:
             for j, agent, value in entries:
                 values[(action_ids[j], agent)] = value
 
-    def start(self, num_turns: int) -> None:
-        """Before a generation: clear the timing and the scored values."""
+    def start(self, num_turns: int, trainer_state: TrainerState | None = None) -> None:
+        """Before a generation: clear the timing and the scored values; the rewards' `trainer_state` from here on."""
+        self.trainer_state = trainer_state if trainer_state is not None else TrainerState()
+        self.logged_metrics: list[tuple[str, float]] = []  # `log_metric`'s (name, value), in order
         self.times = PhaseTimes(("reward", "transition"))
         # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
         self.reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)}
@@ -208,7 +202,7 @@ class TeamEnvironment:
         with an environment factory the world of each joint action (`environments`, as TRL names it)."""
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
-            "trainer_state": self.trainer_state(),
+            "trainer_state": self.trainer_state,
             "batch_items": rows,  # CoMLRL's name for the dataset row of each joint action
             "log_metric": self.log_metric,
             "log_extra": partial(self._log_extra, None),  # `score` keeps the values of its joint actions
