@@ -19,6 +19,7 @@ from .generation.vllm_settings import check_vllm_config
 from .rollout import credit_options
 from .rollout.credit import expanded_per_node, joint_choices
 from .rollout.rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
+from .team.optimizer import check_rates
 from .update.chunking import check_loss_type
 
 
@@ -498,19 +499,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         credit_options.check_branching(self.branching, self.branching_top_m)
         if not (math.isfinite(self.team_reward_weight) and 0.0 <= self.team_reward_weight <= 1.0):
             raise ValueError(f"MAGRPOConfig: team_reward_weight must be in [0, 1], got {self.team_reward_weight}.")
-        rates = self.agent_learning_rates
-        if rates is not None:
-            if any(
-                isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0 for r in rates
-            ):
-                raise ValueError(
-                    f"MAGRPOConfig: agent_learning_rates must be finite numbers >= 0, one per agent; got {list(rates)}."
-                )
-            if self.num_agents is not None and len(rates) != self.num_agents:
-                raise ValueError(
-                    f"MAGRPOConfig: agent_learning_rates has {len(rates)} rates for num_agents={self.num_agents}; give "
-                    f"one per agent (got {list(rates)})."
-                )
+        check_rates(self.agent_learning_rates, self.num_agents, f"num_agents={self.num_agents}")
 
     def _check_num_generations(self) -> None:
         if self.num_generations is None or self.num_generations < 2:

@@ -216,7 +216,7 @@ class TeamEnvironment:
         if self.worlds is not None:
             keywords["environments"] = worlds
         for key in rows[0]:
-            if key != "prompt":  # no column shadows a keyword: `arguments.check_column_names` refuses it
+            if key != "prompt":  # no column shadows a keyword: `arguments.datasets.check_column_names` refuses it
                 keywords[key] = [row.get(key) for row in rows]
         return keywords
 
