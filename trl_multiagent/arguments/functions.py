@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from transformers.utils import logging
 
 from ..rollout.callables import Transition, callable_name
-from ..rollout.rewards import JointReward, each_agent, resolve_weights, reward_name
+from ..rollout.rewards import REWARD_KEYWORDS, JointReward, each_agent, resolve_weights, reward_name
 from .datasets import (
     check_column_names,
     check_dataset,
@@ -53,7 +53,7 @@ def user_functions(
     named = [("train_dataset", train_dataset), *named_eval_datasets(eval_dataset)]
     columns = [c for _, d in named for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
-    check_column_names(columns, {*JointReward.KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
+    check_column_names(columns, {*REWARD_KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
     joint_reward = JointReward(
         funcs,
         weights,

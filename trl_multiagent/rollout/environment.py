@@ -204,8 +204,8 @@ class TeamEnvironment:
     # ------------------------------------------------------------------ helpers
 
     def reward_keywords(self, rows: list[dict], prompts: list[list], worlds: list | None = None) -> dict[str, Any]:
-        """Keywords a joint reward may take: per-agent prompts, the rows, the dataset columns, the trainer state, and
-        with an environment factory the world of each joint action (`environments`, as TRL names it)."""
+        """The values of the keywords a joint reward may take (`rewards.REWARD_KEYWORDS`, but `turn`, which the reward
+        adds per call) and of the dataset columns."""
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
             "trainer_state": self.trainer_state(),
