@@ -135,7 +135,7 @@ REGISTRIES = {
 ALSO_ACCEPTED = {"scale_rewards": " (or True for 'group', False for 'none')"}
 
 
-def check(field: str, name):
+def check(field: str, name) -> JointMode | Baseline | Scaling | Branching:
     """The strategy `name` of the `MAGRPOConfig` field `field`, or the error that names the field, its choices and
     the value got.
 
