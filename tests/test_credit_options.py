@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, per_agent
+from trl_multiagent.compat import comlrl
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
-from trl_multiagent.rollout import Generation, run_rollout
+from trl_multiagent.rollout import Generation, credit_options, run_rollout
 from trl_multiagent.rollout.credit import (
     continued,
     group_advantages,
@@ -374,3 +375,48 @@ def test_max_turn_sequences_follows_branching(tmp_path):
                        branching_top_m=2 if b == "top" else None).max_turn_sequences(2)
              for b in ("all", "best", "top")}  # fmt: skip
     assert sizes == {"all": 4 * 2 * 16, "best": 4 * 2, "top": 4 * 2 * 4}
+
+
+# ---------------------------------------------------------------------- the registry (`rollout.credit_options`)
+
+
+def test_a_new_baseline_is_one_registration(tmp_path, monkeypatch):
+    """A baseline registered in `credit_options.BASELINES`, and nowhere else, is accepted by MAGRPOConfig, used by
+    `team_advantages`, and named to CoMLRL: the config, the credit functions and the CoMLRL names ask the registry."""
+    with pytest.raises(ValueError, match=r"advantage_baseline must be one of \('mean', 'rloo', 'max', 'none'\), got"):
+        config(tmp_path, advantage_baseline="median")
+    median = credit_options.Baseline(lambda r: r - r.median(dim=1, keepdim=True).values, "the group median", "a toy")
+    monkeypatch.setitem(credit_options.BASELINES, "median", median)
+    args = config(tmp_path, advantage_baseline="median")
+    credited = torch.tensor([[[1.0, 2.0, 6.0], [3.0, 0.0, 9.0]], [[0.0, 4.0, 5.0], [1.0, 1.0, 1.0]]])  # (2, 2, K=3)
+    expected = torch.tensor([[[-1.0, 0.0, 4.0], [0.0, -3.0, 6.0]], [[-4.0, 0.0, 1.0], [0.0, 0.0, 0.0]]])
+    torch.testing.assert_close(team_advantages(credited, "none", args.advantage_baseline), expected)
+    group_std = credited.std(dim=2, keepdim=True)  # the default scaling, "group", still divides
+    torch.testing.assert_close(team_advantages(credited, "group", "median"), expected / (group_std + 1e-4))
+    with pytest.raises(ValueError, match="advantage_baseline must be one of .*'median'\\), got 'mode'"):
+        config(tmp_path, advantage_baseline="mode")
+
+
+def test_a_new_branching_rule_is_one_registration(tmp_path, monkeypatch):
+    """A branching rule registered alone sizes the config's largest turn and chooses the continued joint actions."""
+    two = credit_options.Branching(lambda choices, top_m: min(2, choices), "the two best", "a toy")
+    monkeypatch.setitem(credit_options.BRANCHINGS, "two", two)
+    args = config(tmp_path, num_turns=3, num_generations=4, per_device_train_batch_size=8, branching="two")
+    assert args.max_turn_sequences(2) == 4 * 2 * 2**2  # K x 2 prompts x 2 children per node, over 2 more turns
+    assert continued([0.2, 0.9, 0.5, 0.9], "two") == [1, 3]
+    with pytest.raises(ValueError, match=r"branching_top_m=2 applies to branching='top' only; with branching='two'"):
+        config(tmp_path, branching="two", branching_top_m=2)
+
+
+@pytest.mark.parametrize("field", list(credit_options.REGISTRIES))
+def test_every_option_says_what_it_does_and_where_it_comes_from(field):
+    registry = credit_options.REGISTRIES[field]
+    assert list(registry) == MAGRPOConfig.__dataclass_fields__[field].metadata["choices"]
+    for name, option in registry.items():
+        assert option.doc and option.paper, (field, name)
+
+
+def test_comlrls_advantage_modes_are_the_baselines_aliases():
+    assert comlrl.ADVANTAGE_MODES == {"mean": "mean", "rloo": "rloo", "max": "max", "raw": "none"}
+    for mode, baseline in comlrl.ADVANTAGE_MODES.items():
+        assert credit_options.BASELINES[baseline].comlrl == mode

@@ -11,8 +11,10 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
-    ["devices", "timing", "generation.output", "rollout.credit", "rollout.callables", "flags", "model_card"]
+    ["devices", "timing", "generation.output", "rollout.credit", "rollout.credit_options", "rollout.callables"]
     + [
+        "flags",
+        "model_card",
         "rollout.calls",
         "rollout.pool",
         "rollout.forks",

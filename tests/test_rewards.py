@@ -15,6 +15,7 @@ from trl.rewards import think_format_reward
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_joint_action
 from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rollout import rewards as rewards_module
+from trl_multiagent.rollout.environment import TeamEnvironment
 from trl_multiagent.rollout.rewards import JointReward, aggregate_agents, is_per_agent
 
 
@@ -430,3 +431,13 @@ def test_an_environment_reward_called_per_joint_action_gets_its_own_world():
     worlds = [Board(2.0), Board(3.0)]
     total, _, _ = JointReward([one], None, num_agents=2)([["a", "b"], ["c", "d"]], 1, {"environments": worlds})
     assert total == [2.0, 3.0]
+
+
+def test_the_environment_gives_a_value_for_every_reward_keyword():
+    """`rewards.REWARD_KEYWORDS` is the one list: the environment gives each keyword a value (`turn` is the reward's
+    own, per call), and the dataset's columns beside them."""
+    reward = JointReward([lambda completions_0, completions_1: [0.0]], None, num_agents=2)
+    environment = TeamEnvironment(reward, None, None, None, tokenizers=[None, None], worlds=object())
+    keywords = environment.reward_keywords([{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
+    assert set(keywords) == {*rewards_module.REWARD_KEYWORDS, "level"} - {"turn"}
+    assert keywords["environments"] == ["world"] and keywords["level"] == [3]

@@ -16,15 +16,10 @@ from trl import GRPOConfig
 from .compat import comlrl  # the one seam: CoMLRL's names, as init-only arguments (`comlrl.CoMLRLNames`)
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
-from .rollout.credit import (
-    ADVANTAGE_BASELINES,
-    BRANCHINGS,
-    JOINT_MODES,
-    SCALE_REWARDS,
-    expanded_per_node,
-    joint_choices,
-)
+from .rollout import credit_options
+from .rollout.credit import expanded_per_node, joint_choices
 from .rollout.rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
+from .team.optimizer import check_rates
 from .update.chunking import check_loss_type
 
 
@@ -190,7 +185,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         metadata={
             "help": "How agents' completions form joint answers: 'aligned' (the j-th of each agent, K joint answers "
             "per node) or 'cross' (every combination, K**N).",
-            "choices": list(JOINT_MODES),
+            "choices": list(credit_options.JOINT_MODES),
         },
     )
     max_new_tokens: int | None = field(
@@ -202,7 +197,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             "help": "What each completion's return is compared with, within its group of K: 'mean' (GRPO), 'rloo' "
             "(the mean of the K-1 others), 'max' (the group's best), 'none' (raw returns). `scale_rewards` then "
             "divides by the std as in TRL.",
-            "choices": list(ADVANTAGE_BASELINES),
+            "choices": list(credit_options.BASELINES),
         },
     )
     trainable_agents: list[int] | None = field(
@@ -284,7 +279,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             "help": "How advantages are scaled, TRL's three and one more: 'group' (True; each group's std), 'batch' "
             "(the std of every return in the batch, every agent's), 'agent' (the std of that agent's own returns, as "
             "Dr. MAS), 'none' (False; no scaling).",
-            "choices": list(SCALE_REWARDS),
+            "choices": list(credit_options.SCALINGS),
         },
     )
     branching: str = field(
@@ -292,7 +287,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         metadata={
             "help": "Which joint answers of a node continue to the next turn: 'all', 'best' (highest joint reward, "
             "AT-GRPO) or 'top' (the `branching_top_m` best).",
-            "choices": list(BRANCHINGS),
+            "choices": list(credit_options.BRANCHINGS),
         },
     )
     branching_top_m: int | None = field(
@@ -407,12 +402,8 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             raise ValueError(
                 f"MAGRPOConfig: per_device_eval_batch_size must be >= 1, got {self.per_device_eval_batch_size}."
             )
-        if self.advantage_baseline not in ADVANTAGE_BASELINES:
-            raise ValueError(
-                f"MAGRPOConfig: advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {self.advantage_baseline!r}."
-            )
-        if self.joint_mode not in JOINT_MODES:
-            raise ValueError(f"MAGRPOConfig: joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
+        credit_options.check("advantage_baseline", self.advantage_baseline)
+        credit_options.check("joint_mode", self.joint_mode)
         check_agent_reward_aggregation(self.agent_reward_aggregation, self.num_agents)
         if self.use_vllm:
             check_vllm_config(self)
@@ -463,12 +454,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 "advantage zero. For greedy evaluation rollouts, set eval_do_sample=False."
             )
         self._check_credit_options()
-        # GRPOConfig has already mapped True and False to "group" and "none"
-        if self.scale_rewards not in SCALE_REWARDS:
-            raise ValueError(
-                f"MAGRPOConfig: scale_rewards must be one of {SCALE_REWARDS} (or True for 'group', False for 'none'), "
-                f"got {self.scale_rewards!r}."
-            )
+        credit_options.check("scale_rewards", self.scale_rewards)
         if self.sync_ref_model and self.beta == 0.0:
             raise ValueError(
                 "MAGRPOConfig: You passed `sync_ref_model=True` while `beta=0.0`, which means the reference model is "
@@ -510,33 +496,10 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         return k * prompts * children ** (self.num_turns - 1)
 
     def _check_credit_options(self) -> None:
-        if self.branching not in BRANCHINGS:
-            raise ValueError(f"MAGRPOConfig: branching must be one of {BRANCHINGS}, got {self.branching!r}.")
-        if self.branching == "top" and (self.branching_top_m is None or self.branching_top_m < 1):
-            raise ValueError(
-                f"MAGRPOConfig: branching='top' needs branching_top_m >= 1 (how many joint answers of each node "
-                f"continue), got {self.branching_top_m!r}."
-            )
-        if self.branching != "top" and self.branching_top_m is not None:
-            raise ValueError(
-                f"MAGRPOConfig: branching_top_m={self.branching_top_m} applies to branching='top' only; with "
-                f"branching={self.branching!r} it would be ignored. Set branching='top', or leave branching_top_m None."
-            )
+        credit_options.check_branching(self.branching, self.branching_top_m)
         if not (math.isfinite(self.team_reward_weight) and 0.0 <= self.team_reward_weight <= 1.0):
             raise ValueError(f"MAGRPOConfig: team_reward_weight must be in [0, 1], got {self.team_reward_weight}.")
-        rates = self.agent_learning_rates
-        if rates is not None:
-            if any(
-                isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0 for r in rates
-            ):
-                raise ValueError(
-                    f"MAGRPOConfig: agent_learning_rates must be finite numbers >= 0, one per agent; got {list(rates)}."
-                )
-            if self.num_agents is not None and len(rates) != self.num_agents:
-                raise ValueError(
-                    f"MAGRPOConfig: agent_learning_rates has {len(rates)} rates for num_agents={self.num_agents}; give "
-                    f"one per agent (got {list(rates)})."
-                )
+        check_rates(self.agent_learning_rates, self.num_agents, f"num_agents={self.num_agents}")
 
     def _check_num_generations(self) -> None:
         if self.num_generations is None or self.num_generations < 2:

@@ -26,7 +26,8 @@ from transformers import TrainerCallback, TrainingArguments
 from transformers.utils import logging
 
 from ..devices import has_accelerator
-from ..rollout.credit import ADVANTAGE_BASELINES, joint_choices
+from ..rollout.credit import joint_choices
+from ..rollout.credit_options import BASELINES
 
 
 logger = logging.get_logger(__name__)
@@ -35,8 +36,8 @@ LAUNCH = (
     "one process per device with `accelerate launch --config_file accelerate_configs/multi_gpu.yaml` (or zero2.yaml, "
     "zero3.yaml for DeepSpeed); every process holds the whole team, DeepSpeed ZeRO shards it"
 )
-# CoMLRL's advantage_mode -> advantage_baseline (`credit.ADVANTAGE_BASELINES`)
-ADVANTAGE_MODES = {"mean": "mean", "rloo": "rloo", "max": "max", "raw": "none"}
+# CoMLRL's advantage_mode -> advantage_baseline, from the name each baseline gives it (`credit_options.Baseline.comlrl`)
+ADVANTAGE_MODES = {baseline.comlrl: name for name, baseline in BASELINES.items() if baseline.comlrl is not None}
 PARALLEL_TRAINING = ("none", "mp")
 
 
@@ -173,7 +174,7 @@ def check_config_names(given: dict) -> None:
     if "advantage_mode" in given and str(given["advantage_mode"]).lower() not in ADVANTAGE_MODES:
         raise ValueError(
             f"MAGRPOConfig: advantage_mode={given['advantage_mode']!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
-            f"here it is advantage_baseline, one of {list(ADVANTAGE_BASELINES)}."
+            f"here it is advantage_baseline, one of {list(BASELINES)}."
         )
     mode = _parallel_mode(given.get("parallel_training"))
     if mode not in PARALLEL_TRAINING:

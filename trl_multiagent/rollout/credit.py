@@ -1,6 +1,7 @@
 """Credit assignment for MAGRPO: returns over the rollout tree and per-agent group advantages.
 
-Everything here is a plain function over lists and tensors, so it can be checked by hand without a model.
+Everything here is a plain function over lists and tensors, so it can be checked by hand without a model. The
+options (joint mode, baseline, scaling, branching) are strategies looked up in `rollout.credit_options`.
 
 Vocabulary (see `rollout.RolloutTree`):
 
@@ -12,17 +13,11 @@ Vocabulary (see `rollout.RolloutTree`):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import torch
 
-
-JOINT_MODES = ("aligned", "cross")
-ADVANTAGE_BASELINES = ("mean", "rloo", "max", "none")
-# TRL's three, and "agent" (Dr. MAS): the std of the agent's own returns in the batch
-SCALE_REWARDS = ("group", "batch", "agent", "none")
-BRANCHINGS = ("all", "best", "top")
+from .credit_options import check, check_branching
 
 
 def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> list[tuple[int, ...]]:
@@ -33,11 +28,7 @@ def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> lis
     >>> joint_choices(2, 2, "cross")
     [(0, 0), (0, 1), (1, 0), (1, 1)]
     """
-    if joint_mode == "aligned":
-        return [(k,) * num_agents for k in range(num_generations)]
-    if joint_mode == "cross":
-        return list(itertools.product(range(num_generations), repeat=num_agents))
-    raise ValueError(f"joint_mode must be one of {JOINT_MODES}, got {joint_mode!r}.")
+    return check("joint_mode", joint_mode).choices(num_agents, num_generations)
 
 
 def expanded_per_node(num_choices: int, branching: str, top_m: int | None = None) -> int:
@@ -46,15 +37,7 @@ def expanded_per_node(num_choices: int, branching: str, top_m: int | None = None
     >>> expanded_per_node(4, "all"), expanded_per_node(4, "best"), expanded_per_node(4, "top", 2), expanded_per_node(4, "top", 9)
     (4, 1, 2, 4)
     """
-    if branching == "all":
-        return num_choices
-    if branching == "best":
-        return 1
-    if branching == "top" and top_m is not None and top_m >= 1:
-        return min(top_m, num_choices)
-    raise ValueError(
-        f"branching must be one of {BRANCHINGS} (with top_m >= 1 for 'top'), got {branching!r}, {top_m!r}."
-    )
+    return check_branching(branching, top_m).kept(num_choices, top_m)
 
 
 def continued(rewards: Sequence[float], branching: str, top_m: int | None = None) -> list[int]:
@@ -190,9 +173,9 @@ def team_advantages(credited: torch.Tensor, scale_rewards: str = "group", baseli
     """
     if credited.dim() != 3:
         raise ValueError(f"team_advantages expects a (nodes, agents, K) tensor, got shape {tuple(credited.shape)}.")
-    if scale_rewards != "agent":
+    if not check("scale_rewards", scale_rewards).per_agent:
         return group_advantages(credited.flatten(0, 1), scale_rewards, baseline).view_as(credited)
-    per_agent = [group_advantages(credited[:, i], "batch", baseline) for i in range(credited.size(1))]
+    per_agent = [group_advantages(credited[:, i], scale_rewards, baseline) for i in range(credited.size(1))]
     return torch.stack(per_agent, dim=1)
 
 
@@ -213,21 +196,14 @@ def agent_completion_returns(
     return torch.stack(rows)
 
 
-def _std(x: torch.Tensor, dim=None, keepdim=False) -> torch.Tensor:
-    # Bessel-corrected, like TRL's `nanstd`, so one agent and one turn reproduce GRPOTrainer's advantages exactly.
-    return x.std(dim=dim, keepdim=keepdim) if dim is not None else x.std()
-
-
 def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseline: str = "mean") -> torch.Tensor:
     """Advantages for groups of K completions: ``(r - baseline(group)) / (std + 1e-4)``.
 
     Args:
         returns: ``(num_groups, K)``; one group is one agent's K completions at one node.
-        scale_rewards: TRL's modes. ``"group"`` divides by the group's std, ``"batch"`` by the std of every return in
-            ``returns``, ``"none"`` does not divide (``"agent"`` is `team_advantages`'s).
-        baseline: what is subtracted (`ADVANTAGE_BASELINES`): ``"mean"``, the group mean (GRPO); ``"rloo"``, the mean
-            of the K - 1 other completions (RLOO; K / (K - 1) times the ``"mean"`` advantage); ``"max"``, the group's
-            best return (every advantage <= 0); ``"none"``, nothing (the raw returns, REINFORCE).
+        scale_rewards: what divides, a `credit_options.SCALINGS` name (a per-agent one, ``"agent"``, sees
+            ``returns`` as one agent's: `team_advantages` passes them so).
+        baseline: what is subtracted, a `credit_options.BASELINES` name.
 
     >>> group_advantages(torch.tensor([[1.0, 3.0]]), "none")
     tensor([[-1.,  1.]])
@@ -238,24 +214,9 @@ def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseli
     """
     if returns.dim() != 2:
         raise ValueError(f"group_advantages expects a (groups, K) tensor, got shape {tuple(returns.shape)}.")
-    k = returns.size(1)
-    if baseline == "mean" or (baseline == "rloo" and k == 1):
-        centred = returns - returns.mean(dim=1, keepdim=True)
-    elif baseline == "rloo":
-        centred = (returns * k - returns.sum(dim=1, keepdim=True)) / (k - 1)
-    elif baseline == "max":
-        centred = returns - returns.max(dim=1, keepdim=True).values
-    elif baseline == "none":
-        centred = returns
-    else:
-        raise ValueError(f"advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {baseline!r}.")
-    if scale_rewards == "none":
+    centred = check("advantage_baseline", baseline).centred(returns)
+    std = check("scale_rewards", scale_rewards).std
+    if std is None:
         return centred
-    if scale_rewards == "group":
-        std = _std(returns, dim=1, keepdim=True)
-    elif scale_rewards == "batch":
-        std = _std(returns) if returns.numel() > 1 else torch.zeros(())
-    else:
-        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}.")
     # A single completion per group (e.g. greedy evaluation) has no spread: its advantage is 0, not NaN.
-    return centred / (torch.nan_to_num(std) + 1e-4)
+    return centred / (torch.nan_to_num(std(returns)) + 1e-4)

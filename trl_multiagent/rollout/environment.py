@@ -198,8 +198,8 @@ class TeamEnvironment:
     # ------------------------------------------------------------------ helpers
 
     def reward_keywords(self, rows: list[dict], prompts: list[list], worlds: list | None = None) -> dict[str, Any]:
-        """Keywords a joint reward may take: per-agent prompts, the rows, the dataset columns, the trainer state, and
-        with an environment factory the world of each joint action (`environments`, as TRL names it)."""
+        """The values of the keywords a joint reward may take (`rewards.REWARD_KEYWORDS`, but `turn`, which the reward
+        adds per call) and of the dataset columns."""
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
             "trainer_state": self.trainer_state,
@@ -210,7 +210,7 @@ class TeamEnvironment:
         if self.worlds is not None:
             keywords["environments"] = worlds
         for key in rows[0]:
-            if key != "prompt":  # no column shadows a keyword: `arguments.check_column_names` refuses it
+            if key != "prompt":  # no column shadows a keyword: `arguments.datasets.check_column_names` refuses it
                 keywords[key] = [row.get(key) for row in rows]
         return keywords
 

@@ -24,11 +24,8 @@ convention from its signature or its return shape says so once, at WARNING, with
   several joint actions is read so (its first value is kept). The first call with more than one joint action decides
   (the trainer's build-time check makes one with two).
 
-Keywords are passed only when the function names them or takes ``**kwargs``: ``prompts`` (per agent, or for a
-per-agent reward that agent's), ``turn``, ``trainer_state``, ``batch_items`` (the dataset row of each joint action),
-TRL's ``log_metric(name, value)`` (a scalar logged with the step's metrics) and ``log_extra(column, values)`` (a
-column of the completions table, one value per joint action: per completion for a per-agent reward), with
-`environment_factory` ``environments`` (each joint action's world, `rollout.worlds`) and the dataset columns.
+Keywords are passed only when the function names them or takes ``**kwargs``: those of `REWARD_KEYWORDS` (each says
+what it holds) and the dataset columns.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ import math
 import numbers
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,6 +53,37 @@ _CONVENTION = "__trl_multiagent_convention__"  # the attribute a wrapper sets (`
 TABLE_COLUMNS = ("step", "prompt", "completion", "advantage", "agent", "turn", "tool_calls")
 AGENT_REWARD_AGGREGATIONS = {"mean": lambda values: sum(values) / len(values), "sum": sum, "min": min, "max": max}
 PER_AGENT_NAMES = ("completions", "completion_ids")
+
+
+@dataclass(frozen=True)
+class RewardKeyword:
+    """A keyword the trainer passes the reward functions: what it holds, and how each convention gets it."""
+
+    doc: str
+    per_joint_action: bool  # one value per joint action: a call of one joint action (CoMLRL's) gets its own
+    per_agent_call: bool  # a per-agent reward (TRL's convention) gets it as it is
+
+
+# The one list of the reward's keywords (`JointReward` binds them, `environment.TeamEnvironment.reward_keywords` gives
+# their values, `arguments.datasets.check_column_names` keeps the dataset's columns off their names).
+REWARD_KEYWORDS = {
+    "prompts": RewardKeyword("each agent's prompt per joint action (a per-agent reward: its agent's)", True, False),
+    "turn": RewardKeyword("the turn, from 1", False, False),
+    "trainer_state": RewardKeyword("the Trainer's `TrainerState`", False, True),
+    "batch_items": RewardKeyword("the dataset row of each joint action (CoMLRL's name)", True, False),
+    "log_metric": RewardKeyword(
+        "TRL's `log_metric(name, value)`: a scalar logged with the step's metrics", False, True
+    ),
+    "log_extra": RewardKeyword(
+        "TRL's `log_extra(column, values)`: a column of the completions table, one value per joint action (per "
+        "completion for a per-agent reward)",
+        False,
+        True,
+    ),
+    "environments": RewardKeyword(
+        "with `environment_factory`, each joint action's world (`rollout.worlds`)", True, True
+    ),
+}
 
 
 def check_agent_reward_aggregation(value, num_agents: int | None) -> None:
@@ -272,8 +301,6 @@ def resolve_weights(weights: Sequence[float] | None, names: list[str], world_rew
 class JointReward:
     """The weighted sum of the team's reward functions, each called by its convention (see the module docstring)."""
 
-    KEYWORDS = ("prompts", "turn", "trainer_state", "batch_items", "log_metric", "log_extra", "environments")
-
     def __init__(
         self,
         funcs: Sequence[Callable],
@@ -320,7 +347,7 @@ class JointReward:
                 continue
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
-            slots = _completion_slots(func, [*self.KEYWORDS, *columns])
+            slots = _completion_slots(func, [*REWARD_KEYWORDS, *columns])
             self.by_keywords[f] = slots == 0
             self.one_list[f] = num_agents > 1 and slots == 1
             args = [] if self.by_keywords[f] else [[]] if self.one_list[f] else [[]] * num_agents
@@ -335,11 +362,11 @@ class JointReward:
             _say_inferred(func, name, per_agent=False, one_list=self.one_list[f], by_keywords=self.by_keywords[f])
 
     def _check_binds(self, func, name, args, required, columns, how: str) -> None:
-        keywords = _pick_keywords(func, dict.fromkeys([*self.KEYWORDS, *required, *columns]))
+        keywords = _pick_keywords(func, dict.fromkeys([*REWARD_KEYWORDS, *required, *columns]))
         try:
             inspect.signature(func).bind(*args, **keywords)
         except TypeError as err:
-            unknown = _unknown_parameters(func, args, keywords, [*self.KEYWORDS, *required], columns)
+            unknown = _unknown_parameters(func, args, keywords, [*REWARD_KEYWORDS, *required], columns)
             raise TypeError(
                 f"Reward function {name!r} cannot be called {how} and the keywords {sorted(keywords)}: {err}.{unknown} "
                 f"Its signature is {name}{inspect.signature(func)}."
@@ -489,8 +516,8 @@ class JointReward:
         for key, value in keywords.items():
             if key == "prompts":
                 one[key] = [value[0][j]]  # CoMLRL's: the prompt of joint action j (agent 0's)
-            elif key in ("batch_items", "environments") or (key not in self.KEYWORDS and isinstance(value, list)):
-                one[key] = [value[j]]  # a dataset column, the rows, or the worlds
+            elif REWARD_KEYWORDS[key].per_joint_action if key in REWARD_KEYWORDS else isinstance(value, list):
+                one[key] = [value[j]]  # the rows, the worlds, or a dataset column
             else:
                 one[key] = value
         values = self._call_joint(f, [[c[j]] for c in completions], one, [j], turn)
@@ -540,7 +567,9 @@ class JointReward:
         if messages is not None and messages[agent][0] is not None:
             texts = messages[agent]
         ids = completion_ids[agent] if completion_ids is not None else [[] for _ in completions]
-        trl_keywords = {k: v for k, v in keywords.items() if k not in ("prompts", "batch_items", "turn")}
+        trl_keywords = {
+            k: v for k, v in keywords.items() if k not in REWARD_KEYWORDS or REWARD_KEYWORDS[k].per_agent_call
+        }
         trl_keywords = self._with_log_extra(f, trl_keywords, list(range(len(completions))), turn, agent)
         trl_keywords.update(prompts=prompts, completions=texts, completion_ids=ids)
         values = _run(func(**_pick_keywords(func, trl_keywords)))

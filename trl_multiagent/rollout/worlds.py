@@ -414,7 +414,8 @@ def _reward_column(cls: type, where: Callable[[Any], str]) -> Callable:
             return [value(e) if type(e) is cls else None for e in environments]
 
     reward.__name__ = reward.__qualname__ = cls.__name__
-    reward.per_agent_reward = per_agent  # read where the columns join the rewards (`arguments.joint_reward`)
+    # read where the columns join the rewards (`arguments.functions.user_functions`)
+    reward.per_agent_reward = per_agent
     return reward
 
 

@@ -10,11 +10,14 @@ and their rates are saved with the optimizer and restored on resume (said at WAR
 `agent_learning_rates`, which then has no effect: `KeptRatesWarning`).
 
 Under DeepSpeed, the Trainer's optimizer (this one) is used when the DeepSpeed config has no "optimizer" section;
-`arguments.check_agent_learning_rates` refuses a DeepSpeed optimizer, or scheduler, that would drop the rates, and an
-optimizer given to the trainer (`optimizers=`), which the Trainer uses as it is.
+`arguments.learning_rates.check_agent_learning_rates` refuses a DeepSpeed optimizer, or scheduler, that would drop the
+rates, and an optimizer given to the trainer (`optimizers=`), which the Trainer uses as it is. The rates themselves
+are `check_rates`'s rule.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from transformers import TrainerCallback
@@ -22,6 +25,28 @@ from transformers.utils import logging
 
 
 logger = logging.get_logger(__name__)
+
+
+def check_rates(rates, num_agents: int | None, team: str) -> None:
+    """`MAGRPOConfig.agent_learning_rates`: finite numbers >= 0, one per agent. `num_agents` is the team's size once it
+    is known (`MAGRPOConfig.num_agents` when the config is built, the team's when the trainer is), said as `team`.
+
+    >>> check_rates([1e-5], 2, "a team of 2 agents")
+    Traceback (most recent call last):
+    ...
+    ValueError: MAGRPOConfig: agent_learning_rates has 1 rates for a team of 2 agents; give one per agent (got [1e-05]).
+    """
+    if rates is None:
+        return
+    if any(isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0 for r in rates):
+        raise ValueError(
+            f"MAGRPOConfig: agent_learning_rates must be finite numbers >= 0, one per agent; got {list(rates)}."
+        )
+    if num_agents is not None and len(rates) != num_agents:
+        raise ValueError(
+            f"MAGRPOConfig: agent_learning_rates has {len(rates)} rates for {team}; give one per agent (got "
+            f"{list(rates)})."
+        )
 
 
 def agent_parameter_groups(team, model: torch.nn.Module, rates: list[float], decay_names, weight_decay: float):
