@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_multiagent.rollout import Generation, run_rollout
+from trl_multiagent.rollout import Generation, credit, run_rollout
 from trl_multiagent.rollout.credit import completion_returns, group_advantages, joint_choices, joint_returns
 
 
@@ -170,7 +170,7 @@ def test_rollout_returns_and_history_by_hand():
         return float(k) if turn == 1 else 10.0 + k
 
     tree, _ = grow([{"prompt": "p"}], k=2, turns=2, threshold=None, reward=reward)
-    returns = tree.returns(discount=1.0)
+    returns = credit.tree_returns(tree, discount=1.0)
     by_turn = {}
     for a, action in enumerate(tree.joint_actions):
         by_turn.setdefault(tree.nodes[action.node].turn, []).append(returns[a])
@@ -182,5 +182,5 @@ def test_rollout_returns_and_history_by_hand():
     assert prompts[0][0] == "p" and prompts[0][1].startswith("t2:")
     assert responses[1] == ["a1-k1|p", f"a1-k1|{prompts[1][1]}"]
     # advantages of the root group, scale none: returns minus their mean
-    credited = tree.credited_returns([returns, returns])[0]
+    credited = credit.credited_returns(tree, [returns, returns])[0]
     assert group_advantages(credited, "none").tolist() == [[-0.5, 0.5], [-0.5, 0.5]]

@@ -7,7 +7,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trl_multiagent.rollout import Generation, run_rollout
+from trl_multiagent.rollout import Generation, credit, run_rollout
 from trl_multiagent.rollout.credit import group_advantages
 
 
@@ -64,12 +64,12 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
         child = tree.nodes[action.child].joint_actions
         return action.reward + discount * sum(brute(c) for c in child) / len(child)
 
-    returns = tree.returns(discount)
+    returns = credit.tree_returns(tree, discount)
     assert returns == pytest.approx([brute(a) for a in range(len(tree.joint_actions))], rel=1e-9, abs=1e-12)
 
     # Credit: completion j of agent i gets the mean return of the joint actions it is part of, and each completion is
     # part of K**(N-1) joint actions in cross mode, one in aligned mode.
-    credited = tree.credited_returns([returns] * num_agents)
+    credited = credit.credited_returns(tree, [returns] * num_agents)
     for node, per_agent in zip(tree.nodes, credited, strict=True):
         for i in range(num_agents):
             for j in range(k):

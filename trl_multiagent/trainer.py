@@ -23,8 +23,7 @@ from .environment_lifecycle import EnvironmentLifecycle
 from .generation import build_generator
 from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
-from .rollout import RolloutTree, run_rollout
-from .rollout.credit import team_advantages
+from .rollout import RolloutTree, credit, run_rollout
 from .rollout.worlds import closes_worlds_on_error
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .team.optimizer import AgentLearningRates
@@ -45,10 +44,10 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
 
     - the model is an [`AgentTeam`] of N policies, so one optimizer and one accelerate/DeepSpeed engine hold them all
       (one agent: its own model, as GRPOTrainer's; `AgentTeam.trainer_model`);
-    - `_generate_and_score_completions` grows a rollout tree per prompt (`rollout.run_rollout`): each turn, one batched
-      generation per agent over every live node (transformers `generate`, or vLLM with `use_vllm=True`: see
-      `generation`), one call of the joint reward, and the transition for each branch that goes on; advantages are
-      group-relative returns (`credit`);
+    - `_generate_and_score_completions` is the step read top to bottom: the public `rollout` grows a tree per prompt
+      (`rollout.run_rollout`: each turn, one batched generation per agent over every live node, with transformers
+      `generate` or vLLM, one call of the joint reward, the transition for each branch that goes on); `credit.assign`
+      gives returns and group-relative advantages; `update.batching` turns each agent's completions into rows;
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
       `update_chunk_size` rows per agent, each with its own backward (`chunking`); `_compute_loss` is TRL's with
@@ -235,9 +234,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         tree = self.rollout(rows, k)
-        returns = tree.returns(self.args.discount)
-        credited = tree.credited_returns(tree.agent_returns(self.args.discount, self.args.team_reward_weight))
-        advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)  # (nodes, agents, K)
+        returns, credited, advantages = credit.assign(tree, args)  # advantages: (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.

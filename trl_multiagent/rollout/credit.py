@@ -1,7 +1,9 @@
 """Credit assignment for MAGRPO: returns over the rollout tree and per-agent group advantages.
 
-Everything here is a plain function over lists and tensors, so it can be checked by hand without a model. The
-options (joint mode, baseline, scaling, branching) are strategies looked up in `rollout.credit_options`.
+`assign(tree, args)` is the one entry point: a grown `RolloutTree` and the config's credit fields in, every joint
+action's return and every completion's credited return and advantage out. The rest are plain functions over lists and
+tensors, so each can be checked by hand without a model. The options (joint mode, baseline, scaling, branching) are
+strategies looked up in `rollout.credit_options`.
 
 Vocabulary (see `rollout.RolloutTree`):
 
@@ -14,6 +16,7 @@ Vocabulary (see `rollout.RolloutTree`):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -220,3 +223,48 @@ def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseli
         return centred
     # A single completion per group (e.g. greedy evaluation) has no spread: its advantage is 0, not NaN.
     return centred / (torch.nan_to_num(std(returns)) + 1e-4)
+
+
+class Credit(NamedTuple):
+    """What `assign` gives the update and the logs."""
+
+    returns: list[float]  # the team's return of every joint action
+    credited: torch.Tensor  # (nodes, agents, K): the return credited to each completion, from its agent's reward
+    advantages: torch.Tensor  # (nodes, agents, K)
+
+
+def assign(tree, args) -> Credit:
+    """Returns and advantages of a grown rollout tree (`rollout.RolloutTree`), with the config's `discount`,
+    `team_reward_weight`, `advantage_scale` (`scale_rewards`, or "none" under `normalize_then_sum`) and
+    `advantage_baseline`: `tree_returns`, then `agent_tree_returns`, `credited_returns` and `team_advantages`."""
+    credited = credited_returns(tree, agent_tree_returns(tree, args.discount, args.team_reward_weight))
+    advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)
+    return Credit(tree_returns(tree, args.discount), credited, advantages)
+
+
+def tree_returns(tree, discount: float) -> list[float]:
+    """The team's return of every joint action of `tree` (`joint_returns` over its joint rewards)."""
+    return joint_returns([a.learned_reward for a in tree.joint_actions], tree.children(), discount, tree.pruned())
+
+
+def agent_tree_returns(tree, discount: float, team_weight: float = 1.0) -> list[list[float]]:
+    """Per agent, the return of every joint action of `tree` from that agent's reward: the team's, or with
+    `team_weight` below 1 and per-agent rewards, `mixed_rewards`."""
+    num_agents = len(tree.nodes[0].completions) if tree.nodes else 0
+    own = [a.own_rewards for a in tree.joint_actions]
+    if team_weight == 1.0 or all(o is None for o in own):
+        return [tree_returns(tree, discount)] * num_agents
+    children, pruned = tree.children(), tree.pruned()
+    mixed = mixed_rewards([a.learned_reward for a in tree.joint_actions], own, team_weight)
+    return [joint_returns(rewards, children, discount, pruned) for rewards in mixed]
+
+
+def credited_returns(tree, agent_returns: Sequence[Sequence[float]]) -> torch.Tensor:
+    """``(nodes, agents, K)``: the return credited to each completion of `tree`, from its own agent's returns
+    (`agent_completion_returns` at each node)."""
+    tables = []
+    for node in tree.nodes:
+        choices = [tree.joint_actions[a].choice for a in node.joint_actions]
+        per_agent = [[returns[a] for a in node.joint_actions] for returns in agent_returns]
+        tables.append(agent_completion_returns(choices, per_agent, len(node.completions[0])))
+    return torch.stack(tables)

@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import torch
-
 from ..generation.output import Generation
-from .credit import agent_completion_returns, continued, joint_choices, joint_returns, mixed_rewards
+from .credit import continued, joint_choices
 
 
 @dataclass
@@ -89,31 +87,6 @@ class RolloutTree:
         return [
             a.environment for a in self.joint_actions if self.nodes[a.node].turn == 1 and a.environment is not None
         ]
-
-    def returns(self, discount: float) -> list[float]:
-        """The team's return of every joint action (`credit.joint_returns`)."""
-        return joint_returns([a.learned_reward for a in self.joint_actions], self.children(), discount, self.pruned())
-
-    def agent_returns(self, discount: float, team_weight: float = 1.0) -> list[list[float]]:
-        """Per agent, the return of every joint action from that agent's reward: the team's, or with `team_weight`
-        below 1 and per-agent rewards, `credit.mixed_rewards`."""
-        num_agents = len(self.nodes[0].completions) if self.nodes else 0
-        own = [a.own_rewards for a in self.joint_actions]
-        if team_weight == 1.0 or all(o is None for o in own):
-            return [self.returns(discount)] * num_agents
-        children, pruned = self.children(), self.pruned()
-        mixed = mixed_rewards([a.learned_reward for a in self.joint_actions], own, team_weight)
-        return [joint_returns(rewards, children, discount, pruned) for rewards in mixed]
-
-    def credited_returns(self, agent_returns: Sequence[Sequence[float]]) -> torch.Tensor:
-        """``(nodes, agents, K)``: the return credited to each completion, from its own agent's returns
-        (`credit.completion_returns`)."""
-        tables = []
-        for node in self.nodes:
-            choices = [self.joint_actions[a].choice for a in node.joint_actions]
-            per_agent = [[returns[a] for a in node.joint_actions] for returns in agent_returns]
-            tables.append(agent_completion_returns(choices, per_agent, len(node.completions[0])))
-        return torch.stack(tables)
 
     def answers(self, action_id: int) -> list[str]:
         """The text of each agent's completion in one joint action."""

@@ -97,7 +97,7 @@ def tree_records(
 ) -> list[dict[str, Any]]:
     """The records of one process's tree (`rollout.RolloutTree`), one per prompt.
 
-    `returns` is the team's return of each joint action (`RolloutTree.returns`); `credited` and `advantages`, of shape
+    `returns` is the team's return of each joint action (`credit.assign`); `credited` and `advantages`, of shape
     ``(nodes, agents, K)``, are each completion's credited return and the advantage the update uses. `environment` is
     the generation's `rollout.environment.TeamEnvironment`: each joint action's value of each reward function
     (`action_rewards`) and the rewards' `log_extra` columns. A completion is `truncated` when the model wrote
