@@ -42,9 +42,17 @@ PRESETS = {
 }
 
 
-def checkout_first(env: dict) -> dict:
-    """`env` with this checkout first on PYTHONPATH, so that a subprocess imports its trl_multiagent."""
-    return {**env, "PYTHONPATH": os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+def checkout_first(env: dict, repo: str = REPO) -> dict:
+    """`env` with `repo` (this checkout) first on PYTHONPATH, so that a subprocess imports its trl_multiagent."""
+    return {**env, "PYTHONPATH": os.pathsep.join([repo, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+
+
+def export_revision(revision: str, folder: str) -> str:
+    """The files of this repository at `revision` (`git archive`), in `folder`: a baseline's source, for `--baseline`."""
+    os.makedirs(folder)
+    archive = subprocess.run(["git", "-C", REPO, "archive", revision], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    return folder
 
 
 def build_tiny_model(folder: str, hidden: int, layers: int) -> str:
@@ -97,10 +105,11 @@ def comlrl_available(python: str) -> tuple[bool, str]:
     return True, out.stdout.strip()
 
 
-def run_in_subprocess(trainer: str, spec: dict, python: str, script: str) -> dict:
-    """Run `script --worker trainer --spec ...` with `python` and return the dict its last `RESULT ` line holds."""
+def run_in_subprocess(trainer: str, spec: dict, python: str, script: str, repo: str = REPO) -> dict:
+    """Run `script --worker trainer --spec ...` with `python`, importing `repo`'s trl_multiagent, and return the dict
+    its last `RESULT ` line holds."""
     env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "TOKENIZERS_PARALLELISM": "false"}
-    env = checkout_first({**env, "WANDB_MODE": "disabled"})
+    env = checkout_first({**env, "WANDB_MODE": "disabled"}, repo)
     command = [python, os.path.abspath(script), "--worker", trainer, "--spec", json.dumps(spec)]
     out = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
     results = [line[len("RESULT ") :] for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -188,7 +197,13 @@ def print_report(spec: dict, results: dict, model_desc: str, skipped_note: str |
                fmt(r["generated_tokens"]), fmt(r["generated_tokens"] / r["wall_s"], 1), fmt(r["peak_rss_mb"], 0)]  # fmt: skip
         row += [fmt(r.get("peak_gpu_mb"), 0)] if gpu else []
         print("| " + " | ".join(row) + " |")
-    for num, den in (("ours", "comlrl"), ("ours_vllm", "comlrl"), ("ours_vllm", "ours")):
+    baselines = [name for name in results if name.startswith("ours@")]
+    for num, den in (
+        ("ours", "comlrl"),
+        ("ours_vllm", "comlrl"),
+        ("ours_vllm", "ours"),
+        *(("ours", b) for b in baselines),
+    ):
         if num not in results or den not in results:
             continue
         o, c = results[num], results[den]
@@ -264,6 +279,8 @@ def main() -> None:
     parser.add_argument("--defaults", action="store_true",
                         help="ours with MAGRPOConfig's defaults, except the fields that define the task")  # fmt: skip
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--baseline", default=None,
+                        help="a git revision: also run ours from that revision's source, interleaved (ours@REV)")  # fmt: skip
     cli = parser.parse_args()
 
     preset = PRESETS["smoke" if cli.smoke else cli.model if cli.model in PRESETS else "path"]
@@ -308,15 +325,23 @@ def main() -> None:
             "temperature": 1.0,
             "top_p": 1.0,
         }
-        runs = {trainer: [] for trainer in trainers}
+        # each side: (worker, python, script, the source its trl_multiagent is imported from)
+        sides = {
+            t: (t, cli.comlrl_python if t == "comlrl" else sys.executable, os.path.join(HERE, WORKER_SCRIPTS[t]), REPO)
+            for t in trainers
+        }
+        if cli.baseline:  # the same worker and task, on the baseline's package (and its worker script)
+            source = export_revision(cli.baseline, os.path.join(workdir, "baseline"))
+            script = os.path.join(source, "benchmarks", WORKER_SCRIPTS["ours"])
+            sides[f"ours@{cli.baseline}"] = ("ours", sys.executable, script, source)
+        runs = {side: [] for side in sides}
         load_before = load_average()
         for repeat in range(cli.repeats):
-            for trainer in trainers:  # interleaved, so that a burst of load from elsewhere hits both sides alike
-                python = cli.comlrl_python if trainer == "comlrl" else sys.executable
-                print(f"running {trainer} ({python}), run {repeat + 1}/{cli.repeats} ...", flush=True)
-                r = run_in_subprocess(trainer, spec, python, os.path.join(HERE, WORKER_SCRIPTS[trainer]))
-                runs[trainer].append(r)
-                print(f"  {trainer}: {r['wall_s']:.2f} s, {r['joint_answers']} joint answers, "
+            for side, (worker, python, script, source) in sides.items():  # interleaved: load from elsewhere hits all
+                print(f"running {side} ({python}), run {repeat + 1}/{cli.repeats} ...", flush=True)
+                r = run_in_subprocess(worker, spec, python, script, source)
+                runs[side].append(r)
+                print(f"  {side}: {r['wall_s']:.2f} s, {r['joint_answers']} joint answers, "
                       f"{r['generated_tokens']} generated tokens", flush=True)  # fmt: skip
         # With repeats, each trainer's fastest run is reported (the one least disturbed by other load on the machine).
         results = {trainer: min(trainer_runs, key=lambda r: r["wall_s"]) for trainer, trainer_runs in runs.items()}
