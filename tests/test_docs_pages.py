@@ -1,5 +1,6 @@
-"""Every docs page reads correctly as a file: its generated parts are current (`docs/generate.py`), and every relative
-link and image in `docs/` and `README.md` points at a file that exists."""
+"""Every docs page reads correctly as a file: its generated parts are current (`docs/generate.py`), every relative
+link and image in `docs/` and `README.md` points at a file that exists, and so does every docs page the code names
+(`docs/<page>.md` in a docstring, a comment or a message of the package, the recipes, the examples or the benchmarks)."""
 
 import re
 import shutil
@@ -16,6 +17,11 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
+# The Python files a user reads or runs; tests/ is left out, as its docstrings also name TRL's own docs pages.
+SOURCES = sorted(
+    p for folder in ("trl_multiagent", "recipes", "examples", "benchmarks") for p in (ROOT / folder).rglob("*.py")
+)
+DOCS_PAGE = re.compile(r"\bdocs/[\w./-]*?\.md\b")
 
 
 def relative_targets(page: Path) -> list[str]:
@@ -34,6 +40,33 @@ def test_the_link_check_sees_a_missing_file(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("![a plot](img/none.png) [ok](page.md) `[not a link](x.md)` [web](https://example.org)\n")
     assert [t for t in relative_targets(page) if not (tmp_path / t).exists()] == ["img/none.png"]
+
+
+def named_docs_pages(source: Path) -> list[str]:
+    """The `docs/<page>.md` paths a Python file names, anywhere in its text (docstrings, comments, messages)."""
+    return DOCS_PAGE.findall(source.read_text(encoding="utf-8"))
+
+
+def test_every_docs_page_the_code_names_exists():
+    # one test for every file, so that the suite's count does not grow with the package
+    missing = {
+        str(source.relative_to(ROOT)): pages
+        for source in SOURCES
+        if (pages := [page for page in named_docs_pages(source) if not (ROOT / page).is_file()])
+    }
+    assert missing == {}, f"Python files name docs pages that do not exist: {missing}"
+
+
+def test_the_code_check_sees_a_missing_page(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text(
+        '"""See docs/credit.md and docs/how-a-step-works.md."""\n'
+        "# as docs/api/rollout.md says\n"
+        "raise ValueError(\"read docs/vllm.md, 'vLLM on CPU'\")\n"
+    )
+    named = named_docs_pages(source)
+    assert named == ["docs/credit.md", "docs/how-a-step-works.md", "docs/api/rollout.md", "docs/vllm.md"]
+    assert [page for page in named if not (ROOT / page).is_file()] == ["docs/credit.md"]
 
 
 def test_the_generated_parts_are_current():
