@@ -355,6 +355,21 @@ def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir
     assert f"| team | 0 1 | 2 | {team_turn_2['mean']:.3f} |" in done.stdout  # the table is printed too
 
 
+def test_an_adapters_hub_base_resolves_to_its_prepared_folder(tmp_path, monkeypatch):
+    """`resolve_base` finds the folder `demo.models` prepares for a Hub id (in `$TRL_MULTIAGENT_CACHE` here, named
+    by the id's last part, complete once its marker names the id), and leaves any other id to transformers."""
+    from trl_multiagent.demo.models import HUB_ID, MARKER, default_model_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the default cache, also searched, holds nothing
+    monkeypatch.setenv(ev.CACHE_ENV, str(tmp_path))
+    prepared = default_model_dir()
+    prepared.mkdir()
+    assert ev.resolve_base(HUB_ID, "agent_0") == HUB_ID  # no marker yet: an incomplete folder is not used
+    (prepared / MARKER).write_text(json.dumps({"hub_id": HUB_ID}))
+    assert ev.resolve_base(HUB_ID, "agent_0") == str(prepared) == str(tmp_path / "SmolLM2-135M-Instruct")
+    assert ev.resolve_base("someone/SmolLM2-135M-Instruct", "agent_0") == "someone/SmolLM2-135M-Instruct"
+
+
 @pytest.mark.slow
 def test_the_command_on_the_embedded_model(tmp_path):
     """The main job's path: a shared-base LoRA team on the embedded SmolLM2-135M-Instruct, saved as the recipe saves

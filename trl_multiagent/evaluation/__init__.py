@@ -53,11 +53,12 @@ rollouts, role swap, best-of-N, `evaluate_team`), `report` (the table, `evaluati
 (the flags; `__main__` runs it), `errors` (`EvaluationError`).
 """
 
+from ..prepared_models import CACHE_ENV  # public here: the cache `resolve_base` searches for a prepared base
 from .cli import main, make_parser
 from .errors import PROG, EvaluationError
 from .report import markdown_table, report_text, write_report
 from .runs import PromptTrees, RunResult, Settings, build_trainer, evaluate_team, rollout, run_best_of_n, run_team
-from .saved_team import CACHE_ENV, SavedTeam, find_team, resolve_base, tokenizer_for
+from .saved_team import SavedTeam, find_team, resolve_base, tokenizer_for
 from .statistics import CI_METHOD, CONFIDENCE, Interval, mean_ci, t_cdf, t_quantile
 from .task import (
     TASK_FILE,

@@ -7,12 +7,9 @@ import json
 import os
 from dataclasses import dataclass
 
-from ..checkpoint import PREPARED_MODEL_MARKER, agent_dir, prepared_hub_id
+from ..checkpoint import agent_dir
+from ..prepared_models import find_prepared
 from .errors import PROG, EvaluationError
-
-
-# What the embedded model's prepared folder is called under its cache (`demo.models`): the last part of its Hub id.
-CACHE_ENV = "TRL_MULTIAGENT_CACHE"
 
 
 @dataclass
@@ -77,18 +74,13 @@ def find_team(folder: str, base_model: str | None = None) -> SavedTeam:
 
 
 def resolve_base(base: str | None, adapter: str) -> str:
-    """The folder (or Hub id) an adapter's base loads from: `base` when it is a folder here; the embedded model's
-    prepared folder when `base` is its Hub id; else `base` as it is (transformers' cache may hold it)."""
+    """The folder (or Hub id) an adapter's base loads from: `base` when it is a folder here; its prepared folder
+    (`prepared_models`: the embedded model's) when `base` is the Hub id of one; else `base` as it is (transformers' cache may hold it)."""
     if not base:
         raise EvaluationError(f"{adapter!r}: adapter_config.json names no base model; pass --base_model.")
     if os.path.isdir(os.path.expanduser(base)):
         return os.path.expanduser(base)
-    roots = [os.environ.get(CACHE_ENV), os.path.join(os.path.expanduser("~"), ".cache", "trl_multiagent")]
-    for root in filter(None, roots):
-        candidate = os.path.join(os.path.expanduser(root), base.rsplit("/", 1)[-1])
-        if os.path.isfile(os.path.join(candidate, PREPARED_MODEL_MARKER)) and prepared_hub_id(candidate) == base:
-            return candidate
-    return base
+    return find_prepared(base) or base
 
 
 def tokenizer_for(team: SavedTeam, agent: int):
