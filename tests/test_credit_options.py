@@ -159,7 +159,9 @@ def test_random_branching_trees(num_agents, k, turns, branching, top_m, discount
             return action.reward + discount * sum(future(s) for s in siblings) / len(siblings)
         return action.reward
 
-    assert credit.tree_returns(tree, discount) == pytest.approx([brute(a) for a in range(len(tree.joint_actions))], abs=1e-9)
+    assert credit.tree_returns(tree, discount) == pytest.approx(
+        [brute(a) for a in range(len(tree.joint_actions))], abs=1e-9
+    )
 
 
 # ---------------------------------------------------------------------- per-agent scaling and the reward mix

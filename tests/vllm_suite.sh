@@ -30,7 +30,7 @@ fi
 TRANSFORMERS_DEPENDENT=(
     tests/test_private_api_contract.py tests/test_equivalence.py tests/test_prefix.py tests/test_prompt_length.py
     tests/test_tools.py tests/test_checkpoints.py tests/test_teams.py tests/test_trainer.py tests/test_trl_script.py
-    tests/test_continuous_batching.py
+    tests/test_continuous_batching.py tests/test_reference_step.py tests/test_trainer_model.py
 )
 echo "[vllm_suite] environment ready: $SECONDS s"
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -m "not slow and not vllm and not distributed" "${TRANSFORMERS_DEPENDENT[@]}"
