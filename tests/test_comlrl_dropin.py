@@ -334,3 +334,31 @@ def test_comlrl_names_set_after_construction_take_effect_or_raise_by_name(tmp_pa
     assert config.learning_rate == 3e-5 and config.agent_learning_rate == 3e-5
     with pytest.raises(AttributeError, match="rollout_buffer_size"):
         config.rollout_buffer_size = 4
+
+
+def test_building_a_config_leaves_the_process_environment_unchanged(tmp_path):
+    """Every setting a config is given stays in the config: W&B's are applied by the trainer when a run starts
+    (`test_wandb_config_reaches_a_real_wandb_run`), never written to `os.environ` by `MAGRPOConfig(...)`."""
+    comlrl_config(tmp_path)  # the first build imports what it needs (an import may set its own variables)
+    before = dict(os.environ)
+    comlrl_config(tmp_path, report_to="wandb", run_name="run-a", rollout_buffer_size=2, agent_devices="cpu")
+    MAGRPOConfig(str(tmp_path), num_generations=2, per_device_train_batch_size=2, report_to="none")
+    assert dict(os.environ) == before
+
+
+def test_the_config_holds_no_comlrl_class_and_keeps_its_names_through_copies(tmp_path):
+    import copy
+    import dataclasses
+    import inspect
+    import pickle
+
+    for cls in (*MAGRPOConfig.__mro__, *type(MAGRPOConfig).__mro__):
+        assert "compat" not in cls.__module__, cls
+    config = comlrl_config(tmp_path, rollout_buffer_size=6, train_batch_size=3, eval_interval=0)
+    assert not {f.name for f in dataclasses.fields(config)} & {"agent_learning_rate", "rollout_buffer_size"}
+    assert "rollout_buffer_size" not in config.to_dict() and config.to_dict()["learning_rate"] == 1e-3
+    for copied in (copy.deepcopy(config), pickle.loads(pickle.dumps(config)), copy.copy(config)):
+        assert copied == config and copied.rollout_buffer_size == 6 and copied.comlrl.train_batch_size == 3
+        assert copied.external_prompt_passthrough and copied.advantage_mode == "rloo"
+    assert "agent_learning_rate" in inspect.signature(MAGRPOConfig).parameters  # the constructor's keywords
+    assert not hasattr(config, "no_such_name")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-import functools
 import inspect
 import math
 import os
@@ -13,7 +11,7 @@ from transformers import TrainingArguments
 from transformers.utils import logging
 from trl import GRPOConfig
 
-from .compat import comlrl  # the one seam: CoMLRL's names, as init-only arguments (`comlrl.CoMLRLNames`)
+from .compat import comlrl  # the one seam: `MAGRPOConfig(...)`'s keywords pass through `comlrl` once (`_Constructor`)
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
 from .rollout import credit_options
@@ -36,8 +34,32 @@ ACTIVATION_CHECKPOINTING = next(
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's two
 
 
+class _Constructor(type):
+    """`MAGRPOConfig`'s type. `MAGRPOConfig(...)` hands its keywords to `compat.comlrl` once, which takes CoMLRL's
+    names out (they set the fields they mean) and names the closest names for an unknown one, before the dataclass
+    `__init__` runs. The class stays GRPOConfig's kind of dataclass: its fields (hence TRL's command-line parser),
+    `to_dict`, copying and pickling are untouched, and a built config holds no CoMLRL class."""
+
+    def __call__(cls, *args, **kwargs):
+        kwargs, given = comlrl.config_keywords(cls, args, kwargs)
+        config = super().__call__(*args, **kwargs)
+        comlrl.remember(config, given)
+        return config
+
+    def __setattr__(cls, name: str, value) -> None:
+        if name == "__init__":  # `@dataclass` sets it: it reports the keywords the constructor takes, CoMLRL's too
+            value.__signature__ = comlrl.init_signature(value)
+        super().__setattr__(name, value)
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        # what `inspect.signature(MAGRPOConfig)` reports: the constructor's keywords, not `__call__`'s (*args, **kwargs)
+        init = inspect.signature(cls.__init__)
+        return init.replace(parameters=list(init.parameters.values())[1:])
+
+
 @dataclass
-class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
+class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
     r"""
     Configuration for [`MAGRPOTrainer`]: everything [`~trl.GRPOConfig`] has, plus the fields below.
 
@@ -45,38 +67,17 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
     reward; the transition turns each joint answer into the next turn's prompts.
 
     Parameters:
-        num_turns (`int`, *optional*, defaults to `1`):
-            Number of turns. `num_turns=2` adds a second turn, fed by `external_transition`.
-        discount (`float`, *optional*, defaults to `1.0`):
-            Return of a joint answer = its reward + `discount` * mean return of the joint answers that follow it.
-        early_termination_threshold (`float` or `None`, *optional*, defaults to `-0.2`):
-            After a turn, a node whose mean joint reward is above this value is not expanded. `None` disables it.
-        joint_mode (`str`, *optional*, defaults to `"aligned"`):
-            `"aligned"`: the j-th completions of all agents form K joint answers. `"cross"`: every combination,
-            K**N joint answers.
-        max_new_tokens (`int` or `None`, *optional*):
-            Alias of `max_completion_length`.
-        advantage_baseline (`str`, *optional*, defaults to `"mean"`):
-            What each completion's return is compared with, within its group (one agent's K completions at one node):
-            `"mean"`, the group mean (GRPO); `"rloo"`, the mean of the K - 1 others (RLOO); `"max"`, the group's best
-            return; `"none"`, nothing (raw returns, REINFORCE). `scale_rewards` then divides by the std, as in TRL.
-            CoMLRL's `advantage_mode` `mean`/`rloo`/`max`/`raw` are these four.
+        > Parameters that control the team
+
+        num_agents (`int` or `None`, *optional*):
+            Team size, for `MAGRPOTrainer(model=...)` (one model copied per agent); `agents=[...]` must have this many.
         trainable_agents (`list[int]` or `None`, *optional*):
             Agents that train; the others keep their weights (a fixed partner). `None` trains all.
-        eval_do_sample (`bool`, *optional*, defaults to `True`):
-            Evaluation rollouts sample like training (`True`) or decode greedily (`False`). Evaluation runs with
-            `eval_dataset` and `eval_strategy`, or `trainer.evaluate()`, and logs `eval_turn_{t}/reward_mean` and
-            `eval_turn_{t}/expected_return`; `eval_on_start=True` adds a baseline evaluation before training.
-        check_functions_before_training (`bool`, *optional*, defaults to `True`):
-            Call the reward and the transition once on the first training row with placeholder answers when the
-            trainer is built, so that a wrong return (count, type, NaN) fails before any generation.
-        share_prompts (`bool`, *optional*, defaults to `True`):
-            Run each distinct prompt through an agent once, and give its keys and values to the K completions that
-            continue it: in the update, in the old/reference log-prob passes and in the prefill of `generate`. The
-            result equals the plain computation up to float rounding. It applies to rotary models whose layers all
-            use full attention (Llama, Qwen2, Mistral without sliding window, ...); other models, prompt/prefix-tuning
-            adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
-            beams, several sequences per row or a `cache_implementation`.
+        agent_learning_rates (`list[float]` or `None`, *optional*):
+            One learning rate per agent (Dr. MAS), each agent's parameters in an optimizer group of their own; the
+            scheduler scales each as it scales `learning_rate`. `None`: every agent uses `learning_rate`.
+
+        > Parameters that control the data preprocessing
 
         max_prompt_length (`int` or `None`, *optional*):
             Longest prompt, in tokens, an agent is given; prompts grow over the turns as the transition adds feedback.
@@ -86,28 +87,16 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             when smaller) minus `max_completion_length`, so that no prompt runs past the positions the model was
             trained on. Logged as
             `prompts/truncated` (prompts shortened in the generation batch).
-        update_chunk_size (`int` or `None`, *optional*):
-            Most rows of one agent in one forward and backward of the update (and of the old/reference log-prob
-            passes). A micro-batch holds every tree row of its prompts, which grows with K and `num_turns`; it runs in
-            chunks of this size, each with its own backward, and the gradients accumulate inside the optimizer step.
-            The update is the same (each chunk's loss is weighted as `loss_type` normalises); only memory and speed
-            change. A multiple of `num_generations` keeps each prompt's K rows in one chunk, so that `share_prompts`
-            runs the prompt once. `None` (default): `per_device_train_batch_size`.
-        generate_chunk_size (`int` or `None`, *optional*):
-            Most rows (prompts times K) of one agent in one `generate` call. A turn with more live nodes runs in
-            several calls, a node's K rows always in the same call, in the same order on every process. `None`
-            (default): one call per agent per turn. With colocated vLLM engines, the most sequences an engine decodes
-            at once (its `max_num_seqs`; vLLM queues the rest of the turn); in server mode the server's own
-            `--max_num_seqs` applies, and a warning says so.
-        num_agents (`int` or `None`, *optional*):
-            Team size, for `MAGRPOTrainer(model=...)` (one model copied per agent); `agents=[...]` must have this many.
-        agent_reward_aggregation (`str`, *optional*, defaults to `"mean"`):
-            How a reward in TRL's convention (`f(completions, **kwargs)`, a reward model), which scores one agent's
-            completions, becomes a joint reward: `"mean"`, `"sum"`, `"min"` or `"max"` over the agents, or an agent's
-            index (`"0"`) to score that agent alone.
-        scale_rewards (`str`, *optional*, defaults to `"group"`):
-            TRL's field with one more value: `"agent"` divides each agent's group advantages by the std of that
-            agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's.
+
+        > Parameters that control the rollout tree
+
+        num_turns (`int`, *optional*, defaults to `1`):
+            Number of turns. `num_turns=2` adds a second turn, fed by `external_transition`.
+        joint_mode (`str`, *optional*, defaults to `"aligned"`):
+            `"aligned"`: the j-th completions of all agents form K joint answers. `"cross"`: every combination,
+            K**N joint answers.
+        early_termination_threshold (`float` or `None`, *optional*, defaults to `-0.2`):
+            After a turn, a node whose mean joint reward is above this value is not expanded. `None` disables it.
         branching (`str`, *optional*, defaults to `"all"`):
             Which joint answers of a node continue to the next turn: `"all"` (every one: K + K**2 + ... + K**T
             completions per agent and prompt), `"best"` (the one with the highest joint reward, as AT-GRPO: K*T), or
@@ -116,22 +105,77 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             reward only (docs/how-a-step-works.md, "Credit options from the peers").
         branching_top_m (`int` or `None`, *optional*):
             With `branching="top"`: how many joint answers of each node continue (`>= 1`).
+
+        > Parameters that control generation
+
+        max_new_tokens (`int` or `None`, *optional*):
+            Alias of `max_completion_length`.
+        generate_chunk_size (`int` or `None`, *optional*):
+            Most rows (prompts times K) of one agent in one `generate` call. A turn with more live nodes runs in
+            several calls, a node's K rows always in the same call, in the same order on every process. `None`
+            (default): one call per agent per turn. With colocated vLLM engines, the most sequences an engine decodes
+            at once (its `max_num_seqs`; vLLM queues the rest of the turn); in server mode the server's own
+            `--max_num_seqs` applies, and a warning says so.
+        eval_do_sample (`bool`, *optional*, defaults to `True`):
+            Evaluation rollouts sample like training (`True`) or decode greedily (`False`). Evaluation runs with
+            `eval_dataset` and `eval_strategy`, or `trainer.evaluate()`, and logs `eval_turn_{t}/reward_mean` and
+            `eval_turn_{t}/expected_return`; `eval_on_start=True` adds a baseline evaluation before training.
+        vllm_server_base_urls (`list[str]` or `None`, *optional*):
+            With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
+            with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
+            `vllm_group_port + i`).
+
+        > Parameters that control the reward and the credit
+
+        agent_reward_aggregation (`str`, *optional*, defaults to `"mean"`):
+            How a reward in TRL's convention (`f(completions, **kwargs)`, a reward model), which scores one agent's
+            completions, becomes a joint reward: `"mean"`, `"sum"`, `"min"` or `"max"` over the agents, or an agent's
+            index (`"0"`) to score that agent alone.
+        discount (`float`, *optional*, defaults to `1.0`):
+            Return of a joint answer = its reward + `discount` * mean return of the joint answers that follow it.
+        advantage_baseline (`str`, *optional*, defaults to `"mean"`):
+            What each completion's return is compared with, within its group (one agent's K completions at one node):
+            `"mean"`, the group mean (GRPO); `"rloo"`, the mean of the K - 1 others (RLOO); `"max"`, the group's best
+            return; `"none"`, nothing (raw returns, REINFORCE). `scale_rewards` then divides by the std, as in TRL.
+            CoMLRL's `advantage_mode` `mean`/`rloo`/`max`/`raw` are these four.
+        scale_rewards (`str`, *optional*, defaults to `"group"`):
+            TRL's field with one more value: `"agent"` divides each agent's group advantages by the std of that
+            agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's.
         team_reward_weight (`float`, *optional*, defaults to `1.0`):
             alpha of PettingLLMs' reward mix: agent i learns from `alpha * team + (1 - alpha) * own_i`, where `own_i`
             counts agent i's own value of each per-agent reward function (TRL's convention), or of an environment's
             `get_reward()` when its class sets `per_agent_reward = True`, in place of their aggregate. `1.0`: every
             agent learns from the team's reward. Below 1 needs such a per-agent reward.
-        agent_learning_rates (`list[float]` or `None`, *optional*):
-            One learning rate per agent (Dr. MAS), each agent's parameters in an optimizer group of their own; the
-            scheduler scales each as it scales `learning_rate`. `None`: every agent uses `learning_rate`.
-        vllm_server_base_urls (`list[str]` or `None`, *optional*):
-            With `use_vllm=True, vllm_mode="server"`: one `trl vllm-serve` URL per agent. `None`: `vllm_server_host`
-            with ports `vllm_server_port`, `vllm_server_port + 1`, ... (agent i's weight-update group uses
-            `vllm_group_port + i`).
+
+        > Parameters that control the training
+
+        update_chunk_size (`int` or `None`, *optional*):
+            Most rows of one agent in one forward and backward of the update (and of the old/reference log-prob
+            passes). A micro-batch holds every tree row of its prompts, which grows with K and `num_turns`; it runs in
+            chunks of this size, each with its own backward, and the gradients accumulate inside the optimizer step.
+            The update is the same (each chunk's loss is weighted as `loss_type` normalises); only memory and speed
+            change. A multiple of `num_generations` keeps each prompt's K rows in one chunk, so that `share_prompts`
+            runs the prompt once. `None` (default): `per_device_train_batch_size`.
+        share_prompts (`bool`, *optional*, defaults to `True`):
+            Run each distinct prompt through an agent once, and give its keys and values to the K completions that
+            continue it: in the update, in the old/reference log-prob passes and in the prefill of `generate`. The
+            result equals the plain computation up to float rounding. It applies to rotary models whose layers all
+            use full attention (Llama, Qwen2, Mistral without sliding window, ...); other models, prompt/prefix-tuning
+            adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
+            beams, several sequences per row or a `cache_implementation`.
+        check_functions_before_training (`bool`, *optional*, defaults to `True`):
+            Call the reward and the transition once on the first training row with placeholder answers when the
+            trainer is built, so that a wrong return (count, type, NaN) fails before any generation.
+
+        > Parameters that control the agents' tools
+
         tool_call_timeout (`float` or `None`, *optional*):
             Seconds one tool call may run (a tool of `tools=` or an environment's method). A call past it counts as a
             failed call, and the agent gets `{"error": ...}` saying it timed out; an async tool is cancelled, a sync one
             runs on in its thread, unwaited. `None`: no limit, as in TRL.
+
+        > Parameters that control logging
+
         log_rollout_trees (`bool`, *optional*, defaults to `False`):
             Write the rollout tree of every logged step (or every `rollout_trees_steps`) to
             `<output_dir>/rollout_trees/step_{step:05d}.json.gz`: per node, every agent's prompt and completions with
@@ -343,7 +387,7 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
         },
     )
 
-    def __post_init__(self, *comlrl_values):  # the init-only values of CoMLRL's names (`comlrl.CoMLRLNames`)
+    def __post_init__(self):
         if not has_accelerator():
             # TRL defaults bf16 to True, which raises on a CPU-only machine (and this CPU has no fast bf16 anyway).
             if self.bf16 is None:
@@ -378,7 +422,6 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             self.max_completion_length = self.max_new_tokens
         # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change.
         self._check_num_generations()
-        self._apply_comlrl_names(comlrl_values)  # before GRPOConfig, which reads the fields they set
         self._check_whole_prompts()
         super().__post_init__()
         self.max_new_tokens = self.max_completion_length
@@ -472,6 +515,16 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 f"std, as TRL does; scale_rewards={self.scale_rewards!r} is not used."
             )
 
+    def __getattr__(self, name: str):
+        # Reached only for a name that is no field or property: CoMLRL's names read back in CoMLRL's terms
+        return comlrl.read_name(self, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in comlrl.READ_BACK:  # no field: setting a CoMLRL name sets what it means, or says why it cannot
+            comlrl.set_name(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     @property
     def advantage_scale(self) -> str:
         """The `scale_rewards` the advantages use: `"batch"` with `multi_objective_aggregation="normalize_then_sum"`,
@@ -538,20 +591,17 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
                 )
 
     def _configure_deepspeed_on_cpu(self):
-        """DeepSpeed with several CPU processes: create the process group with gloo before the Trainer does.
-
-        With no accelerator, accelerate leaves the backend unset and counts 1 process while DeepSpeed counts all of
-        them (its batch-size check then fails); `use_cpu` would silently fall back to DDP instead.
-        """
+        # Forced by transformers and accelerate: with no accelerator, accelerate leaves the backend unset and counts 1
+        # process while DeepSpeed counts all of them (its batch-size check fails), and `use_cpu` would fall back to DDP.
+        # So the process group is made with gloo before TrainingArguments makes its own: under `accelerate launch`
+        # through `ddp_backend` (TrainingArguments rebuilds the state with it); with `deepspeed=` in the config, by
+        # building accelerate's state now for the Trainer to reuse, ACCELERATE_USE_DEEPSPEED set only while it is built
+        # (accelerate reads it then), as TrainingArguments sets it, and restored.
         from accelerate import PartialState
 
         if self.deepspeed is None:
-            # `accelerate launch` with a DeepSpeed config: TrainingArguments rebuilds the state with this backend.
             self.ddp_backend = self.ddp_backend or "gloo"
             return
-        # `deepspeed=` in the config: the state must exist before TrainingArguments, and the Trainer must reuse it.
-        # accelerate reads the variable while it builds the state; as TrainingArguments does, it is set only for
-        # that (the Trainer's Accelerator sets it again for its DeepSpeed plugin).
         previous = os.environ.get("ACCELERATE_USE_DEEPSPEED")
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         try:
@@ -567,36 +617,3 @@ class MAGRPOConfig(comlrl.CoMLRLNames, GRPOConfig):
             self.accelerator_config["use_configured_state"] = True
         else:
             self.accelerator_config.use_configured_state = True
-
-
-def _unknown_names_suggested(dataclass_init):
-    """`MAGRPOConfig(...)` with a misspelled name raises Python's `TypeError`, as before (scripts catch it), saying
-    which names are closest: the config's own, TRL's (`GRPOConfig`, `TrainingArguments`) and CoMLRL's."""
-    accepted = [name for name in inspect.signature(dataclass_init).parameters if name != "self"]
-    own = set(MAGRPOConfig.__annotations__)
-
-    def origin(name: str) -> str:
-        if name in comlrl.CONFIG_NAMES:
-            return "CoMLRL's"
-        return "MAGRPOConfig's" if name in own else "TRL's"
-
-    @functools.wraps(dataclass_init)
-    def __init__(self, *args, **kwargs):
-        for name in kwargs:
-            if name not in accepted:
-                close = difflib.get_close_matches(name, accepted, n=3, cutoff=0.6)
-                hint = (
-                    "Closest names: " + ", ".join(f"{c!r} ({origin(c)})" for c in close)
-                    if close
-                    else "No name is close"
-                )
-                raise TypeError(
-                    f"MAGRPOConfig.__init__() got an unexpected keyword argument {name!r}. {hint}. Every field: "
-                    "docs/configuration.md."
-                )
-        dataclass_init(self, *args, **kwargs)
-
-    return __init__
-
-
-MAGRPOConfig.__init__ = _unknown_names_suggested(MAGRPOConfig.__init__)

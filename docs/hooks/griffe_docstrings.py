@@ -6,6 +6,8 @@ The docstrings stay untouched in the source; only the copy Griffe hands to mkdoc
   does not read `>>>` as three nested block quotes;
 - Hugging Face style parameter types, `` name (`float` or `None`, *optional*, defaults to `-0.2`): ``, become the
   Google style type, ``name (float | None):`` (the default is shown from the signature);
+- TRL's group headings inside a Parameters section (`> Parameters that control generation`, and the blank line after
+  one) are left out: a Google style section has no headings, and Griffe would read one as a parameter without a type;
 - Hugging Face doc-builder links, `` [`MAGRPOTrainer`] `` and `` [`~trl.GRPOConfig`] ``, become links to this package's
   API pages when they name one of its public objects, and inline code otherwise.
 
@@ -29,6 +31,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _HF_PARAMETER = re.compile(
     r"^(?P<indent>\s*)(?P<name>\*{0,2}\w+) \((?P<type>[^()]*\*optional\*[^()]*|`[^()]*`)\):(?P<rest>.*)$"
 )
+_GROUP_HEADING = re.compile(r"^\s*> Parameters that control ")
 _HF_LINK = re.compile(r"\[`(?P<tilde>~?)(?P<path>[\w.]+)`\](?![\[(])")
 
 
@@ -92,8 +95,19 @@ def fence_doctests(lines: list[str]) -> list[str]:
     return out
 
 
+def drop_group_headings(lines: list[str]) -> list[str]:
+    """The lines without TRL's `> Parameters that control ...` headings, nor the blank line after each."""
+    out: list[str] = []
+    for line in lines:
+        if out and _GROUP_HEADING.match(out[-1]) and not line.strip():
+            out.pop()
+            continue
+        out.append(line)
+    return [line for line in out if not _GROUP_HEADING.match(line)]
+
+
 def rewrite(text: str) -> str:
-    lines = fence_doctests(text.split("\n"))
+    lines = fence_doctests(drop_group_headings(text.split("\n")))
     in_fence = False
     for index, line in enumerate(lines):
         if _FENCE.match(line):

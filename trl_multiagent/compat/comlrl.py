@@ -1,12 +1,14 @@
-"""CoMLRL 1.4.3's MAGRPO names, and what each becomes here: the config's (`CoMLRLNames`: `CoMLRLConfigNames`,
-translated by `apply_config_names`, read back by `CoMLRLView`) and the trainer's (`trainer_arguments`, `Evaluation`).
-This is the only module that knows CoMLRL; the core reaches it through `CoMLRLNames` and `trainer_arguments`.
+"""CoMLRL 1.4.3's MAGRPO names, and what each becomes here: the config's (`config_keywords`, translated into the fields
+they mean before the config is built; read back by `read_name`) and the trainer's (`trainer_arguments`, `Evaluation`).
+This is the only module that knows CoMLRL; the core reaches it through `MAGRPOConfig`'s constructor (its type hands
+every `MAGRPOConfig(...)` call's keywords here once) and `trainer_arguments`.
 
 A CoMLRL script runs with its import changed (``from trl_multiagent import MAGRPOConfig, MAGRPOTrainer``). Each name
 keeps CoMLRL's meaning, said once in the log when the unit shifts (prompts and rows, tree nodes and prompts); the values
 CoMLRL refuses are refused here, and a device setting is refused only when it names another device than this
-process's, with the `accelerate launch` line to use instead. The config names are init-only arguments, so TRL's
-command-line parser and `TrainingArguments`' own properties (`train_batch_size`, `eval_batch_size`) are untouched.
+process's, with the `accelerate launch` line to use instead. The config names are constructor keywords, no dataclass
+fields, so TRL's command-line parser and `TrainingArguments`' own properties (`train_batch_size`, `eval_batch_size`)
+are untouched.
 
 Fields with the same name and meaning in both (`num_train_epochs`, `logging_steps`, `num_generations`,
 `max_new_tokens`, `temperature`, `top_p`, `top_k`, `num_turns`, `discount`, `joint_mode`,
@@ -16,14 +18,17 @@ Fields with the same name and meaning in both (`num_train_epochs`, `logging_step
 from __future__ import annotations
 
 import copy
+import dataclasses
+import difflib
 import inspect
 import os
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from types import SimpleNamespace
 
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainerCallback
 from transformers.utils import logging
+from trl import GRPOConfig
 
 from ..devices import has_accelerator
 from ..rollout.credit import joint_choices
@@ -39,122 +44,147 @@ LAUNCH = (
 # CoMLRL's advantage_mode -> advantage_baseline, from the name each baseline gives it (`credit_options.Baseline.comlrl`)
 ADVANTAGE_MODES = {baseline.comlrl: name for name, baseline in BASELINES.items() if baseline.comlrl is not None}
 PARALLEL_TRAINING = ("none", "mp")
+# CoMLRL 1.4.3's `MAGRPOConfig` names that TRL's `GRPOConfig` lacks, with their types (for the constructor's signature)
+CONFIG_NAMES = {
+    "agent_learning_rate": "float | None",
+    "parallel_training": "str | None",
+    "agent_devices": "str | list[str] | None",
+    "external_prompt_passthrough": "bool | None",
+    "eval_interval": "int | None",
+    "eval_num_samples": "int | None",
+    "eval_batch_size": "int | None",
+    "rollout_buffer_size": "int | None",
+    "train_batch_size": "int | None",
+    "advantage_normalization": "bool | None",
+    "advantage_mode": "str | None",
+    "reference_kl_enabled": "bool | None",
+    "reference_kl_coef": "float | None",
+    "reference_devices": "str | list[str] | None",
+}
+# What a config reads back in CoMLRL's terms (`read_name`): every name but the two that stay `TrainingArguments'`
+# properties (rows per step, times devices), and `comlrl`: all of them, those two included, in CoMLRL's terms.
+READ_BACK = (*(name for name in CONFIG_NAMES if name not in ("train_batch_size", "eval_batch_size")), "comlrl")
+_GIVEN = "_comlrl_given"  # the attribute of a built config that holds the CoMLRL names it was given (`remember`)
 
 
-@dataclass
-class CoMLRLConfigNames:
-    """CoMLRL 1.4.3's `MAGRPOConfig` names that TRL's `GRPOConfig` lacks, as init-only arguments.
-
-    They are listed by `inspect.signature(MAGRPOConfig.__init__)` (scripts that keep only the keys it lists keep them),
-    and in that of a `@dataclass` subclass, but they are no dataclass fields: TRL's command-line parser makes no flag
-    for them, and `TrainingArguments.train_batch_size` / `eval_batch_size` keep their own meaning. `MAGRPOConfig`
-    translates each into the TRL fields it means (`apply_config_names`); `CoMLRLView` reads them back.
-    """
-
-    agent_learning_rate: InitVar[float | None] = None
-    parallel_training: InitVar[str | None] = None
-    agent_devices: InitVar[str | list[str] | None] = None
-    external_prompt_passthrough: InitVar[bool | None] = None
-    eval_interval: InitVar[int | None] = None
-    eval_num_samples: InitVar[int | None] = None
-    eval_batch_size: InitVar[int | None] = None
-    rollout_buffer_size: InitVar[int | None] = None
-    train_batch_size: InitVar[int | None] = None
-    advantage_normalization: InitVar[bool | None] = None
-    advantage_mode: InitVar[str | None] = None
-    reference_kl_enabled: InitVar[bool | None] = None
-    reference_kl_coef: InitVar[float | None] = None
-    reference_devices: InitVar[str | list[str] | None] = None
+def init_signature(init: Callable) -> inspect.Signature:
+    """The dataclass `init`'s signature with CoMLRL's names added as keywords (default None): what the config's
+    constructor takes. CoMLRL's companion scripts keep only the keys that `inspect.signature(MAGRPOConfig.__init__)`
+    lists, so this is the signature `MAGRPOConfig.__init__` (and a `@dataclass` subclass's) reports."""
+    signature = inspect.signature(init)
+    kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    varkw = [p for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+        for name, annotation in CONFIG_NAMES.items()
+        if name not in signature.parameters
+    ]
+    return signature.replace(parameters=[*kept, *added, *varkw])
 
 
-CONFIG_NAMES = tuple(CoMLRLConfigNames.__dataclass_fields__)
+def config_keywords(cls, args: tuple, kwargs: dict) -> tuple[dict, dict]:
+    """`cls(*args, **kwargs)`'s keywords in the core's terms, and the CoMLRL names given (those not None), before the
+    dataclass `__init__` runs: each CoMLRL name sets the fields it means (`apply_config_names`). A name that is
+    neither a field nor CoMLRL's raises Python's `TypeError`, as a dataclass would (scripts catch it), naming the
+    closest names: the config's own, TRL's (`GRPOConfig`, `TrainingArguments`) and CoMLRL's."""
+    accepted = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
+    for name in kwargs:
+        if name not in accepted:
+            raise TypeError(_unknown_name(cls, name, accepted))
+    given = {name: kwargs[name] for name in CONFIG_NAMES if kwargs.get(name) is not None}
+    core = {name: value for name, value in kwargs.items() if name not in CONFIG_NAMES}
+    draft = Draft(cls, args, core)
+    k = draft.num_generations
+    if given and isinstance(k, int) and k >= 2:  # else the config refuses num_generations, naming it
+        apply_config_names(draft, given)
+    return {**core, **draft.updates}, given
 
 
-class CoMLRLView:
-    """Reading a CoMLRL name off a `MAGRPOConfig` gives its value in CoMLRL's terms, derived from the TRL fields it
-    set, so that it cannot disagree with them. `agent_learning_rate` can also be set (it sets `learning_rate`); the
-    others are given to the constructor, and setting one afterwards raises AttributeError naming it. `train_batch_size` and `eval_batch_size` stay `TrainingArguments'`
-    (rows per step, times devices); their CoMLRL values are `config.comlrl.train_batch_size` and `.eval_batch_size`.
-    """
+def _unknown_name(cls, name: str, accepted: list[str]) -> str:
+    def origin(candidate: str) -> str:
+        if candidate in CONFIG_NAMES:
+            return "CoMLRL's"
+        return "TRL's" if candidate in GRPOConfig.__dataclass_fields__ else f"{cls.__name__}'s"
 
-    train_batch_size = TrainingArguments.train_batch_size
-    eval_batch_size = TrainingArguments.eval_batch_size
+    close = difflib.get_close_matches(name, accepted, n=3, cutoff=0.6)
+    hint = "Closest names: " + ", ".join(f"{c!r} ({origin(c)})" for c in close) if close else "No name is close"
+    return (
+        f"{cls.__name__}.__init__() got an unexpected keyword argument {name!r}. {hint}. Every field: "
+        "docs/configuration.md."
+    )
 
-    @property
-    def agent_learning_rate(self) -> float:
-        return self.learning_rate
 
-    @agent_learning_rate.setter
-    def agent_learning_rate(self, value: float) -> None:  # a script may set it on a built config, as on CoMLRL's
-        self.learning_rate = float(value)
+class Draft:
+    """The values a config is about to be built with (given, else the field's default), read as its attributes;
+    `put` records what CoMLRL's names change (`updates`: the keywords the config is then built with)."""
 
-    @property
-    def advantage_mode(self) -> str:
-        return {baseline: mode for mode, baseline in ADVANTAGE_MODES.items()}[self.advantage_baseline]
-
-    @property
-    def advantage_normalization(self) -> bool:
-        return self.scale_rewards != "none"
-
-    @property
-    def reference_kl_enabled(self) -> bool:
-        return self.beta > 0
-
-    @property
-    def reference_kl_coef(self) -> float:
-        return self.beta if self.beta > 0 else self._comlrl_given.get("reference_kl_coef", 0.1)
-
-    @property
-    def parallel_training(self) -> str:
-        return _parallel_mode(self._comlrl_given.get("parallel_training"))
-
-    @property
-    def agent_devices(self):
-        return self._comlrl_given.get("agent_devices")
-
-    @property
-    def reference_devices(self):
-        return self._comlrl_given.get("reference_devices")
-
-    @property
-    def external_prompt_passthrough(self) -> bool:
-        return bool(self._comlrl_given.get("external_prompt_passthrough", False))
-
-    @property
-    def eval_interval(self) -> int | None:
-        """CoMLRL's evaluation period in one-prompt steps, when given (it set `eval_strategy` and `eval_steps`)."""
-        return self._comlrl_given.get("eval_interval")
-
-    @property
-    def eval_num_samples(self) -> int | None:
-        """Rows of `eval_dataset` an evaluation takes, when given (CoMLRL's name; `None` takes every row)."""
-        return self._comlrl_given.get("eval_num_samples")
-
-    @property
-    def rollout_buffer_size(self) -> int | None:
-        return self._comlrl_given.get("rollout_buffer_size")
-
-    @property
-    def comlrl(self) -> SimpleNamespace:
-        """Every CoMLRL 1.4.3 config name, in CoMLRL's terms, `train_batch_size` and `eval_batch_size` included."""
-        names = {
-            name: getattr(self, name) for name in CONFIG_NAMES if name not in ("train_batch_size", "eval_batch_size")
+    def __init__(self, cls, args: tuple, kwargs: dict):
+        fields = dataclasses.fields(cls)
+        self.defaults = {
+            f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default for f in fields
         }
-        buffer = self.rollout_buffer_size
-        names["train_batch_size"] = self._comlrl_given.get("train_batch_size", buffer)
-        names["eval_batch_size"] = max(self.per_device_eval_batch_size // self.num_generations, 1)
-        return SimpleNamespace(num_agents=self.num_agents, **names)
+        positional = dict(zip([f.name for f in fields if f.init], args, strict=False))
+        self.given = {**positional, **kwargs}
+        self.updates: dict = {}
+
+    def __getattr__(self, name: str):
+        for values in (self.updates, self.given, self.defaults):
+            if name in values:
+                return values[name]
+        raise AttributeError(name)
+
+    def put(self, name: str, value, comlrl_name: str) -> None:
+        """Set field `name` for CoMLRL's `comlrl_name`; a value given for the field too must agree."""
+        current = getattr(self, name)
+        if current != self.defaults[name] and current != value:
+            raise ValueError(
+                f"MAGRPOConfig: {comlrl_name} (CoMLRL) sets {name}={value!r}, but {name}={current!r} is also given. "
+                "Pass one of them."
+            )
+        self.updates[name] = value
 
 
-@dataclass
-class CoMLRLNames(CoMLRLView, CoMLRLConfigNames):
-    """The config's one seam: `MAGRPOConfig` derives from this class, and its `__post_init__` hands the init-only
-    values to `_apply_comlrl_names` once, before `GRPOConfig.__post_init__` reads the fields they set."""
+def remember(config, given: dict) -> None:
+    """Keep the CoMLRL names `config` was built with, for `read_name` and the trainer (`trainer_arguments`).
+    `dataclasses.replace` builds a config from its fields only: the copy keeps the fields these names set."""
+    if given:
+        vars(config)[_GIVEN] = dict(given)
 
-    def _apply_comlrl_names(self, init_values: tuple) -> None:
-        given = zip(CONFIG_NAMES, init_values[: len(CONFIG_NAMES)], strict=True)
-        self._comlrl_given = {name: value for name, value in given if value is not None}
-        apply_config_names(self, self._comlrl_given)
+
+def read_name(config, name: str):
+    """A CoMLRL name read off a config, in CoMLRL's terms, derived from the TRL fields it set so that it cannot
+    disagree with them; AttributeError for any other name (the config's `__getattr__` asks only when `name` is no
+    field or property)."""
+    if name not in READ_BACK:
+        raise AttributeError(f"{type(config).__name__!r} object has no attribute {name!r}")
+    given = vars(config).get(_GIVEN, {})
+    if name == "comlrl":
+        names = {n: read_name(config, n) for n in READ_BACK if n != "comlrl"}
+        names["train_batch_size"] = given.get("train_batch_size", given.get("rollout_buffer_size"))
+        names["eval_batch_size"] = max(config.per_device_eval_batch_size // config.num_generations, 1)
+        return SimpleNamespace(num_agents=config.num_agents, **names)
+    derived = {
+        "agent_learning_rate": lambda: config.learning_rate,
+        "advantage_mode": lambda: {b: m for m, b in ADVANTAGE_MODES.items()}[config.advantage_baseline],
+        "advantage_normalization": lambda: config.scale_rewards != "none",
+        "reference_kl_enabled": lambda: config.beta > 0,
+        "reference_kl_coef": lambda: config.beta if config.beta > 0 else given.get("reference_kl_coef", 0.1),
+        "parallel_training": lambda: _parallel_mode(given.get("parallel_training")),
+        "external_prompt_passthrough": lambda: bool(given.get("external_prompt_passthrough", False)),
+    }
+    return derived[name]() if name in derived else given.get(name)
+
+
+def set_name(config, name: str, value) -> None:
+    """`config.agent_learning_rate = x` sets `learning_rate`, as on CoMLRL's config; the other names are given to the
+    constructor (they set several fields at once), and setting one afterwards raises AttributeError naming it."""
+    if name == "agent_learning_rate":
+        config.learning_rate = float(value)
+        return
+    raise AttributeError(
+        f"MAGRPOConfig: {name} (CoMLRL) is given to the constructor, MAGRPOConfig({name}=...), which sets the TRL "
+        "fields it means; set those fields instead (docs/from_comlrl.md)."
+    )
 
 
 def _parallel_mode(value) -> str:
@@ -220,40 +250,40 @@ def nodes_per_tree(num_generations: int, num_turns: int, joint_mode: str, num_ag
     return sum(joint**t for t in range(num_turns))
 
 
-def apply_config_names(config, given: dict) -> None:
-    """Set the TRL fields that CoMLRL's names mean, on a config whose dataclass fields are set and whose
-    `GRPOConfig.__post_init__` has not run yet. A name and its TRL field must agree when both are given."""
+def apply_config_names(config: Draft, given: dict) -> None:
+    """Set the TRL fields that CoMLRL's names mean, on the keywords a config is about to be built with. A name and its
+    TRL field must agree when both are given."""
     check_config_names(given)
     if "agent_learning_rate" in given:
-        _put(config, "learning_rate", float(given["agent_learning_rate"]), "agent_learning_rate")
-        if config.lr_scheduler_type == type(config).__dataclass_fields__["lr_scheduler_type"].default:
-            config.lr_scheduler_type = "constant"  # CoMLRL's AdamW has no schedule
+        config.put("learning_rate", float(given["agent_learning_rate"]), "agent_learning_rate")
+        if config.lr_scheduler_type == config.defaults["lr_scheduler_type"]:
+            config.updates["lr_scheduler_type"] = "constant"  # CoMLRL's AdamW has no schedule
             logger.info_once(
                 "MAGRPOConfig: agent_learning_rate (CoMLRL) -> learning_rate, with lr_scheduler_type='constant' as "
                 "CoMLRL trains (set lr_scheduler_type for TRL's schedules)."
             )
     if "advantage_mode" in given:
-        _put(config, "advantage_baseline", ADVANTAGE_MODES[str(given["advantage_mode"]).lower()], "advantage_mode")
+        config.put("advantage_baseline", ADVANTAGE_MODES[str(given["advantage_mode"]).lower()], "advantage_mode")
     if "advantage_normalization" in given:
         normalise = bool(given["advantage_normalization"])
-        _put(config, "scale_rewards", "group" if normalise else "none", "advantage_normalization")
+        config.put("scale_rewards", "group" if normalise else "none", "advantage_normalization")
         if normalise:
             logger.info_once(
                 "MAGRPOConfig: advantage_normalization=True (CoMLRL) -> scale_rewards='group': each group's "
                 "advantages are divided by the group's std (TRL's GRPO), after the baseline."
             )
     if given.get("reference_kl_enabled"):
-        _put(config, "beta", float(given.get("reference_kl_coef", 0.1)), "reference_kl_enabled")
+        config.put("beta", float(given.get("reference_kl_coef", 0.1)), "reference_kl_enabled")
         logger.info_once(
             f"MAGRPOConfig: reference_kl_enabled=True (CoMLRL) -> beta={config.beta}: TRL's KL term in the loss, "
             "against each agent's frozen copy (CoMLRL subtracts it from the returns instead)."
         )
     elif "reference_kl_enabled" in given:
-        _put(config, "beta", 0.0, "reference_kl_enabled")
+        config.put("beta", 0.0, "reference_kl_enabled")
     k = config.num_generations
     if "eval_batch_size" in given:
         prompts = int(given["eval_batch_size"])
-        _put(config, "per_device_eval_batch_size", prompts * k, "eval_batch_size")
+        config.put("per_device_eval_batch_size", prompts * k, "eval_batch_size")
         logger.info_once(
             f"MAGRPOConfig: eval_batch_size={prompts} (CoMLRL, prompts) -> per_device_eval_batch_size={prompts * k} "
             "(rows: prompts x num_generations, as in TRL)."
@@ -264,7 +294,7 @@ def apply_config_names(config, given: dict) -> None:
         _eval_interval(config, int(given["eval_interval"]))
 
 
-def _rollout_buffer(config, given: dict) -> None:
+def _rollout_buffer(config: Draft, given: dict) -> None:
     """CoMLRL updates once its buffer holds `rollout_buffer_size` tree nodes of an agent, one optimizer step per
     `train_batch_size` of them. Here a prompt's tree is never split: a generation takes the trees of
     `rollout_buffer_size // nodes per tree` prompts (at least one), an optimizer step those of
@@ -275,9 +305,9 @@ def _rollout_buffer(config, given: dict) -> None:
     per_generation = max(buffer // nodes, 1)
     per_step = min(max(int(given.get("train_batch_size", buffer)) // nodes, 1), per_generation)
     per_generation -= per_generation % per_step
-    _put(config, "per_device_train_batch_size", per_step * k, "rollout_buffer_size")
-    _put(config, "gradient_accumulation_steps", 1, "rollout_buffer_size")
-    _put(config, "steps_per_generation", per_generation // per_step, "rollout_buffer_size")
+    config.put("per_device_train_batch_size", per_step * k, "rollout_buffer_size")
+    config.put("gradient_accumulation_steps", 1, "rollout_buffer_size")
+    config.put("steps_per_generation", per_generation // per_step, "rollout_buffer_size")
     logger.info_once(
         f"MAGRPOConfig: rollout_buffer_size={buffer}, train_batch_size={given.get('train_batch_size', buffer)} "
         f"(CoMLRL, tree nodes; a prompt's tree has {nodes}) -> each generation takes {per_generation} prompt(s) per "
@@ -286,29 +316,18 @@ def _rollout_buffer(config, given: dict) -> None:
     )
 
 
-def _put(config, name: str, value, comlrl_name: str) -> None:
-    default = type(config).__dataclass_fields__[name].default
-    current = getattr(config, name)
-    if current != default and current != value:
-        raise ValueError(
-            f"MAGRPOConfig: {comlrl_name} (CoMLRL) sets {name}={value!r}, but {name}={current!r} is also given. "
-            "Pass one of them."
-        )
-    setattr(config, name, value)
-
-
-def _eval_interval(config, interval: int) -> None:
+def _eval_interval(config: Draft, interval: int) -> None:
     """CoMLRL evaluates every `interval` one-prompt steps, from the first; a step here takes several prompts."""
     if interval <= 0:
-        _put(config, "eval_strategy", "no", "eval_interval")
+        config.put("eval_strategy", "no", "eval_interval")
         return
     rows = config.per_device_train_batch_size * config.gradient_accumulation_steps
     prompts = max(rows * int(os.environ.get("WORLD_SIZE", "1")) // config.num_generations, 1)
     steps = max(round(interval / prompts), 1)
-    _put(config, "eval_strategy", "steps", "eval_interval")
-    _put(config, "eval_steps", steps, "eval_interval")
+    config.put("eval_strategy", "steps", "eval_interval")
+    config.put("eval_steps", steps, "eval_interval")
     if not config.eval_on_start:
-        config.eval_on_start = True  # CoMLRL evaluates before its first step too
+        config.updates["eval_on_start"] = True  # CoMLRL evaluates before its first step too
     logger.info_once(
         f"MAGRPOConfig: eval_interval={interval} (CoMLRL, one-prompt steps) -> eval_strategy='steps', "
         f"eval_steps={steps} (a step here takes {prompts} prompts), eval_on_start=True."
