@@ -22,6 +22,11 @@ FLOORS = [
         "rollout.worlds",
         "rollout.faults",
         "rollout.openenv",
+        "rollout.reward_wrappers",
+        "rollout.reward_signatures",
+        "rollout.reward_values",
+        "rollout.reward_models",
+        "rollout.log_extra",
     ],  # plain Python
     ["team", "update", "generation.limits"],
     ["generation"],

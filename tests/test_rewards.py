@@ -16,7 +16,8 @@ from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_jo
 from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rollout import rewards as rewards_module
 from trl_multiagent.rollout.environment import TeamEnvironment
-from trl_multiagent.rollout.rewards import JointReward, aggregate_agents, is_per_agent
+from trl_multiagent.rollout.reward_signatures import is_per_agent
+from trl_multiagent.rollout.rewards import JointReward, aggregate_agents
 
 
 CHAT_TEMPLATE = (

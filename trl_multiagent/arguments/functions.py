@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from transformers.utils import logging
 
 from ..rollout.callables import Transition, callable_name
-from ..rollout.rewards import REWARD_KEYWORDS, JointReward, each_agent, resolve_weights, reward_name
+from ..rollout.reward_models import reward_name
+from ..rollout.reward_wrappers import each_agent
+from ..rollout.rewards import REWARD_KEYWORDS, JointReward, resolve_weights
 from .datasets import (
     check_column_names,
     check_dataset,

@@ -1,8 +1,9 @@
 """The team's reward: joint reward functions, per-agent rewards in TRL's convention, and their weighted sum.
 
 Every entry of `reward_funcs` follows one of three conventions. A function wrapped in `joint`, `per_agent` or
-`per_joint_action` follows the one it states; any other is read by one rule each, and a rule that reads a function's
-convention from its signature or its return shape says so once, at WARNING, with how to state it:
+`per_joint_action` (`reward_wrappers`) follows the one it states; any other is read by one rule each, and a rule that
+reads a function's convention from its signature (`reward_signatures`) or its return shape says so once, at WARNING,
+with how to state it:
 
 * **Per-agent, TRL's** (`is_per_agent`): a model id or a model (a sequence-classification reward model), a function
   wrapped in `per_agent`, or a function that names `completions` or `completion_ids` and takes ``**kwargs`` (all of
@@ -30,9 +31,7 @@ what it holds) and the dataset columns.
 
 from __future__ import annotations
 
-import functools
 import inspect
-import math
 import numbers
 import statistics
 from collections.abc import Callable, Sequence
@@ -41,18 +40,19 @@ from typing import Any
 
 import torch
 from transformers.utils import logging
-from trl.data_utils import apply_chat_template, is_conversational
+from trl.data_utils import is_conversational
 
-from .callables import _parameters, _pick_keywords, _run, _short, _unknown_parameters, callable_name
+from .callables import _pick_keywords, _run, _unknown_parameters, callable_name
+from .log_extra import bound_log_extra
+from .reward_models import reward_name, score_with_model
+from .reward_signatures import PER_AGENT_NAMES, completion_slots, is_per_agent, say_inferred
+from .reward_values import check_agent_rewards, check_rewards
+from .reward_wrappers import stated_convention
 
 
 logger = logging.get_logger(__name__)
 
-_CONVENTION = "__trl_multiagent_convention__"  # the attribute a wrapper sets (`stated_convention` reads it)
-# The completions table's own columns (TRL's `log` and `metrics.completion_logs`): `log_extra` may not replace one.
-TABLE_COLUMNS = ("step", "prompt", "completion", "advantage", "agent", "turn", "tool_calls")
 AGENT_REWARD_AGGREGATIONS = {"mean": lambda values: sum(values) / len(values), "sum": sum, "min": min, "max": max}
-PER_AGENT_NAMES = ("completions", "completion_ids")
 
 
 @dataclass(frozen=True)
@@ -126,153 +126,6 @@ def aggregate_agents(aggregation, per_agent: list[list[float | None]]) -> list[f
     return out
 
 
-def joint(func: Callable) -> Callable:
-    """State that `func` is a joint reward: ``func(completions_agent_0, completions_agent_1, ...)``, one list of
-    completions per agent aligned by joint action (a function with one positional parameter gets one list of the
-    agents' lists; one whose parameters are all keywords the trainer passes, such as TRL's ``f(environments,
-    **kwargs)``, gets no list and is called by keywords), returning one value per joint action. A wrong count is then
-    an error, never read as CoMLRL's one-joint-action-per-call convention.
-
-    >>> @joint
-    ... def same_length(completions_0, completions_1):
-    ...     return [float(len(a) == len(b)) for a, b in zip(completions_0, completions_1)]
-    >>> total, _, _ = JointReward([same_length], None, num_agents=2)([["ab", "c"], ["xy", "zz"]], 1, {})
-    >>> total
-    [1.0, 0.0]
-    """
-    return _stated(func, "joint")
-
-
-def per_agent(func: Callable) -> Callable:
-    """State that `func` is a per-agent reward in TRL's convention, ``func(completions, **kwargs)`` called by keywords
-    (``prompts``, ``completions``, ``completion_ids``, the dataset columns, ...; the ones it names): it scores one
-    agent's completions and is called once per agent; `MAGRPOConfig.agent_reward_aggregation` (mean by default) makes
-    the joint reward of the agents' values.
-
-    >>> @per_agent
-    ... def length(completions):
-    ...     return [float(len(c)) for c in completions]
-    >>> total, _, by_agent = JointReward([length], None, num_agents=2)([["ab", "c"], ["wxyz", "z"]], 1, {})
-    >>> total, by_agent[0]
-    ([3.0, 1.0], [[2.0, 1.0], [4.0, 1.0]])
-    """
-    return _stated(func, "per_agent")
-
-
-def per_joint_action(func: Callable) -> Callable:
-    """State that `func` scores one joint action per call (CoMLRL 1.4.3's convention): it is called once per joint
-    action with one-element lists (``completions_agent_i[0]``), ``batch_items=[row]`` and ``prompts=[agent 0's
-    prompt]``, and returns one value or a list of one value.
-
-    >>> @per_joint_action
-    ... def agree(completions_0, completions_1):
-    ...     return 1.0 if completions_0[0] == completions_1[0] else 0.0
-    >>> total, _, _ = JointReward([agree], None, num_agents=2)([["a", "b"], ["a", "c"]], 1, {})
-    >>> total
-    [1.0, 0.0]
-    """
-    return _stated(func, "per_joint_action")
-
-
-def each_agent(func: Callable) -> Callable:
-    """State that the joint function `func` returns, per joint action, one value per agent (agent i's own reward)
-    instead of one team value. The team's value is their aggregate (`MAGRPOConfig.agent_reward_aggregation`), and
-    `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value into what it learns from. An environment's
-    ``get_reward()`` is read this way when its class sets ``per_agent_reward = True`` (`rollout.worlds`).
-
-    >>> @each_agent
-    ... def referee(completions_0, completions_1):
-    ...     return [[float(len(a)), float(len(b))] for a, b in zip(completions_0, completions_1)]
-    >>> reward = JointReward([referee], None, num_agents=2)
-    >>> total, per_func, by_agent = reward([["ab"], ["wxyz"]], 1, {})
-    >>> total, reward.own_rewards(per_func, by_agent, 1)
-    ([3.0], [[2.0, 4.0]])
-    """
-    return _stated(func, "each_agent")
-
-
-def _stated(func: Callable, convention: str) -> Callable:
-    """`func` behind a wrapper that carries its convention (sync or async as `func` is); its name and signature are
-    `func`'s."""
-    if isinstance(func, (str, torch.nn.Module)) or not callable(func):
-        raise TypeError(
-            f"{convention}(...) takes a reward function; got {type(func).__name__} {_short(func, 80)}. A reward model "
-            "(a model or its id) is always per-agent: put it in `reward_funcs` as it is."
-        )
-    if inspect.iscoroutinefunction(func):
-
-        async def stated(*args, **kwargs):
-            return await func(*args, **kwargs)
-
-    else:
-
-        def stated(*args, **kwargs):
-            return func(*args, **kwargs)
-
-    functools.update_wrapper(stated, func)  # `__wrapped__`: `inspect.signature` reads `func`'s parameters
-    stated.__name__ = callable_name(func)
-    setattr(stated, _CONVENTION, convention)
-    return stated
-
-
-def stated_convention(func) -> str | None:
-    """The convention a `joint`, `per_agent`, `per_joint_action` or `each_agent` wrapper states, or None (it is
-    inferred)."""
-    return getattr(func, _CONVENTION, None)
-
-
-def is_per_agent(func) -> bool:
-    """TRL's convention: a reward model (id or module), a function wrapped in `per_agent`, or an unwrapped function
-    naming `completions`/`completion_ids` and taking ``**kwargs``."""
-    if isinstance(func, (str, torch.nn.Module)):
-        return True
-    if not callable(func):
-        return False
-    if stated_convention(func) is not None:
-        return stated_convention(func) == "per_agent"
-    names, takes_any = _parameters(func)
-    return takes_any and any(name in names for name in PER_AGENT_NAMES)
-
-
-def _say_inferred(func, name: str, per_agent: bool, one_list: bool, by_keywords: bool = False) -> None:
-    """Once per function, at WARNING: the convention read from its signature, and how to state it."""
-    if stated_convention(func) is not None or isinstance(func, (str, torch.nn.Module)):
-        return
-    if by_keywords:
-        logger.warning_once(
-            f"Reward function {name!r}{inspect.signature(func)} names no completions, so it is read as a joint reward "
-            "called by keywords only, once per turn: `environments` holds each joint action's world (with "
-            "environment_factory; the world the whole team acted on), `prompts` each agent's prompts, and it returns "
-            "one value per joint action (TRL's environment reward, `def reward_func(environments, **kwargs)`). State "
-            f"it with joint({name}) (from trl_multiagent), or name `completions` and state per_agent({name}) to score "
-            "each agent's completions (TRL's convention)."
-        )
-        return
-    if per_agent and not getattr(func, "__module__", "").startswith("trl."):  # TRL's own rewards are per-agent
-        logger.warning_once(
-            f"Reward function {name!r} names `completions` or `completion_ids` and takes **kwargs, so it is read as "
-            "TRL's per-agent convention: it will be called once per agent with that agent's completions, and "
-            "MAGRPOConfig.agent_reward_aggregation combines the agents' values into the joint reward. State it with "
-            f"per_agent({name}) (from trl_multiagent), or joint({name}) if it scores the agents' answers together."
-        )
-    elif one_list:
-        logger.warning_once(
-            f"Reward function {name!r} takes one positional parameter, so it is read as a joint reward called with "
-            "one list of the agents' completion lists (CoMLRL's call: `completions[i][j]` is agent i's answer in "
-            f"joint action j), returning one value per joint action. State it with joint({name}) (from "
-            f"trl_multiagent), or per_agent({name}) if it scores one agent's completions (TRL's convention)."
-        )
-
-
-def reward_name(func) -> str:
-    """As TRL names it: a model by its config's name (its last path part), a function by its name."""
-    if isinstance(func, str):
-        return func.rstrip("/").split("/")[-1]
-    if isinstance(func, torch.nn.Module):
-        return str(getattr(func.config, "_name_or_path", "") or type(func).__name__).rstrip("/").split("/")[-1]
-    return callable_name(func)
-
-
 def resolve_weights(weights: Sequence[float] | None, names: list[str], world_rewards: list) -> list[float] | None:
     """`reward_weights` for the reward functions (`names`) followed by the environments' `get_reward` columns. TRL's
     rule: `reward_weights` covers the reward functions and each column gets weight 1 after them; a team may also give
@@ -343,11 +196,11 @@ class JointReward:
             if self.per_agent[f]:
                 if not isinstance(func, (str, torch.nn.Module)):
                     self._check_binds(func, name, [], PER_AGENT_NAMES, columns, "as TRL calls it, by keywords")
-                _say_inferred(func, name, per_agent=True, one_list=False)
+                say_inferred(func, name, per_agent=True, one_list=False)
                 continue
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
-            slots = _completion_slots(func, [*REWARD_KEYWORDS, *columns])
+            slots = completion_slots(func, [*REWARD_KEYWORDS, *columns])
             self.by_keywords[f] = slots == 0
             self.one_list[f] = num_agents > 1 and slots == 1
             args = [] if self.by_keywords[f] else [[]] if self.one_list[f] else [[]] * num_agents
@@ -359,7 +212,7 @@ class JointReward:
                 else (f"{num_agents} positional lists of completions (one per agent)")
             )
             self._check_binds(func, name, args, (), columns, f"with {shape}")
-            _say_inferred(func, name, per_agent=False, one_list=self.one_list[f], by_keywords=self.by_keywords[f])
+            say_inferred(func, name, per_agent=False, one_list=self.one_list[f], by_keywords=self.by_keywords[f])
 
     def _check_binds(self, func, name, args, required, columns, how: str) -> None:
         keywords = _pick_keywords(func, dict.fromkeys([*REWARD_KEYWORDS, *required, *columns]))
@@ -449,6 +302,7 @@ class JointReward:
 
         >>> def length(completions, **kwargs):
         ...     return [float(len(c)) for c in completions]
+        >>> from trl_multiagent import per_agent
         >>> reward = JointReward([per_agent(length)], None, num_agents=2)
         >>> total, per_func, by_agent = reward([["ab"], ["wxyz"]], 1, {})
         >>> total, reward.own_rewards(per_func, by_agent, 1)
@@ -532,29 +386,12 @@ class JointReward:
         return check_rewards(name, values, 1, turn, f", called once per joint action {why}")[0]
 
     def _with_log_extra(self, f: int, keywords: dict, actions: list[int], turn: int, agent: int | None = None):
-        """TRL's `log_extra(column, values)` for one call of function `f`: its values, one per joint action of the
-        call (`actions`, indices in the turn's call), go to the environment's `log_extra(column, [(action, agent,
-        value), ...])`; `agent` for a per-agent reward (its values are that agent's completions')."""
+        """`keywords` with TRL's `log_extra` bound to one call of function `f` (`log_extra.bound_log_extra`)."""
         sink = keywords.get("log_extra")
         if sink is None:
             return keywords
         name = self.names[f] if agent is None else f"{self.names[f]}, agent {agent}"
-
-        def log_extra(column: str, values) -> None:
-            where = f"Reward function {name!r} (turn {turn}): log_extra({column!r}, ...)"
-            if not isinstance(column, str) or column in (*TABLE_COLUMNS, *self.names):
-                raise ValueError(
-                    f"{where} names a column of the completions table itself ({[*TABLE_COLUMNS, *self.names]}) or is "
-                    "not a string; give the column another name."
-                )
-            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != len(actions):
-                raise ValueError(
-                    f"{where} got {_short(values, 80)}; it takes a list of {len(actions)} values, one per "
-                    f"{'completion' if agent is not None else 'joint action'} of this call, as in TRL."
-                )
-            sink(column, [(j, agent, v) for j, v in zip(actions, list(values), strict=True)])
-
-        return {**keywords, "log_extra": log_extra}
+        return {**keywords, "log_extra": bound_log_extra(sink, self.names, name, actions, turn, agent)}
 
     def _agent_values(self, f: int, agent: int, completions, completion_ids, keywords: dict, turn: int, messages=None):
         func, name = self.funcs[f], f"{self.names[f]}, agent {agent}"
@@ -598,101 +435,3 @@ def group_normalized(values: Sequence[float | None], groups: Sequence[int]) -> l
         for j in members:
             normalized[j] = (values[j] - mean) / (std + 1e-4)
     return normalized
-
-
-def _completion_slots(func, keywords: Sequence[str]) -> int | None:
-    """How many completion lists a joint function takes by position: its leading required positional parameters up to
-    the first one named like a keyword the trainer passes (or a dataset column), which is passed by name; None when it
-    takes ``*args`` (any number).
-
-    >>> _completion_slots(lambda c0, c1, environments=None: 0, ["environments"])
-    2
-    >>> _completion_slots(lambda environments, **kwargs: 0, ["environments"])
-    0
-    """
-    params = inspect.signature(func).parameters.values()
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return None
-    slots = 0
-    for p in params:
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in keywords:
-            break
-        slots += p.default is p.empty
-    return slots
-
-
-@torch.inference_mode()
-def score_with_model(model, tokenizer, prompts: list, completions: list[str], conversational: bool) -> list[float]:
-    """A sequence-classification reward model's score of each prompt + completion, as GRPOTrainer computes it."""
-    if conversational:
-        texts = [
-            apply_chat_template({"messages": p + [{"role": "assistant", "content": c}]}, tokenizer)["text"]
-            for p, c in zip(prompts, completions, strict=True)
-        ]
-    else:
-        texts = [p + c for p, c in zip(prompts, completions, strict=True)]
-    inputs = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
-    device = next(model.parameters()).device
-    return model(**inputs.to(device)).logits[:, 0].float().tolist()
-
-
-def check_agent_rewards(name: str, values: Any, count: int, num_agents: int, turn: int) -> list[list[float | None]]:
-    """An `each_agent` function's values, one list of `num_agents` numbers (or None) per joint action, as
-    ``[agent][joint action]``; or a clear error naming the function, the turn and what it returned.
-
-    >>> check_agent_rewards("referee", [[1, 2], None], 2, 2, 1)
-    [[1.0, None], [2.0, None]]
-    """
-
-    def is_list(value, length: int) -> bool:
-        return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) == length
-
-    where = f"Reward function {name!r} (turn {turn}) gives each agent its own reward, so it"
-    if not is_list(values, count):
-        raise ValueError(
-            f"{where} must return a list of {count} entries, one per joint action, each a list of {num_agents} "
-            f"numbers (one per agent) or None; got {_short(values, 80)}."
-        )
-    per_agent: list[list[float | None]] = [[] for _ in range(num_agents)]
-    for j, row in enumerate(values):
-        if row is not None and not is_list(row, num_agents):
-            raise ValueError(
-                f"{where} must give each joint action a list of {num_agents} numbers, one per agent (or None); got "
-                f"{_short(row, 80)} at joint action {j}."
-            )
-        checked = (
-            [None] * num_agents if row is None else check_rewards(f"{name}, joint action {j}", row, num_agents, turn)
-        )
-        for i, value in enumerate(checked):
-            per_agent[i].append(value)
-    return per_agent
-
-
-def check_rewards(name: str, values: Any, count: int, turn: int, how: str = "", joint: bool = False) -> list:
-    """The values as floats (None kept), or a clear error naming the function, the turn (and `how` it was called) and
-    what it returned. `joint`: a joint function's call, which a bare number shows to score one joint action per call."""
-    where = f"Reward function {name!r} (turn {turn}{how})"
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "tolist"):
-        hint = ""
-        if joint and isinstance(values, numbers.Real) and count > 1:
-            hint = f" If it scores one joint action per call, wrap it: per_joint_action({name})."
-        raise TypeError(
-            f"{where} must return a list of {count} floats, one per joint action; got {_short(values)}.{hint}"
-        )
-    values = values.tolist() if hasattr(values, "tolist") else list(values)
-    if len(values) != count:
-        raise ValueError(
-            f"{where} returned {len(values)} value{'s' if len(values) != 1 else ''} for {count} joint "
-            f"action{'s' if count != 1 else ''}; it must return one per joint action. Got: {_short(values)}."
-        )
-    out = []
-    for j, v in enumerate(values):
-        if v is None:
-            out.append(None)
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{where} returned a non-number at index {j}: {v!r} (all values: {_short(values)}).")
-        if math.isnan(v) or math.isinf(v):
-            raise ValueError(f"{where} returned {v} at index {j}; rewards must be finite (all: {_short(values)}).")
-        out.append(float(v))
-    return out
