@@ -362,3 +362,17 @@ def test_the_config_holds_no_comlrl_class_and_keeps_its_names_through_copies(tmp
         assert copied.external_prompt_passthrough and copied.advantage_mode == "rloo"
     assert "agent_learning_rate" in inspect.signature(MAGRPOConfig).parameters  # the constructor's keywords
     assert not hasattr(config, "no_such_name")
+
+
+def test_a_reward_processor_returning_nan_is_named_by_its_keyword(tmp_path, tokenizer, tiny_model_dir):
+    """CoMLRL's `reward_processor` is the core's reward transform; a bad value names it as the user passed it."""
+
+    def halve_badly(value):
+        return float("nan")
+
+    with pytest.raises(ValueError, match=r"'reward_processor\(halve_badly\)' \(turn 1\) returned nan"):
+        MAGRPOTrainer(
+            agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+            reward_func=lambda a, b: [0.0] * len(a), reward_processor=halve_badly, args=comlrl_config(tmp_path),
+            external_transition=length_feedback,
+        )  # fmt: skip

@@ -76,7 +76,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             after it (`rollout.forks`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
-        **comlrl_arguments: CoMLRL's own names (`agent_model`, `reward_processor`, ...): `compat.comlrl`.
+        **comlrl_arguments: CoMLRL's own names (`agent_model`, `wandb_config`, ...): `compat.comlrl`.
 
     Example:
 

@@ -31,6 +31,7 @@ from transformers.utils import logging
 from trl import GRPOConfig
 
 from ..devices import has_accelerator
+from ..rollout.callables import callable_name
 from ..rollout.credit import joint_choices
 from ..rollout.credit_options import BASELINES
 
@@ -379,7 +380,8 @@ class CoMLRLArguments:
     model: object
     num_agents: int | None
     eval_dataset: object
-    reward_processor: Callable | None
+    # CoMLRL's `reward_processor` as the core's reward transform (`rewards.JointReward(transform=)`), named after it
+    reward_processor: Callable[[float], float] | None
     special_tokens: dict | None  # added to every agent's tokenizer
     eval_metrics: list  # callables `(tree, rows, num_turns) -> metrics` run on each evaluation rollout
     callbacks: list
@@ -441,11 +443,22 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, eval_dat
         model=model,
         num_agents=num_agents,
         eval_dataset=eval_dataset,
-        reward_processor=reward_processor,
+        reward_processor=_reward_transform(reward_processor) if reward_processor is not None else None,
         special_tokens=special_tokens,
         eval_metrics=[evaluation] if evaluation is not None else [],
         callbacks=callbacks,
     )
+
+
+def _reward_transform(reward_processor: Callable[[float], float]) -> Callable[[float], float]:
+    """CoMLRL's `reward_processor`, applied to every reward value before the weighted sum, as the core's transform;
+    named `reward_processor(<its name>)`, the keyword the user gave, for the errors that name it."""
+
+    def transform(value: float) -> float:
+        return reward_processor(value)
+
+    transform.__name__ = f"reward_processor({callable_name(reward_processor)})"
+    return transform
 
 
 def _check_agent_model_names(agent_model, agents) -> None:

@@ -160,13 +160,14 @@ class JointReward:
         weights: Sequence[float] | None,
         num_agents: int,
         columns: Sequence[str] = (),
-        processor: Callable[[float], float] | None = None,
+        transform: Callable[[float], float] | None = None,
         agent_aggregation="mean",
         multi_objective_aggregation: str = "sum_then_normalize",
     ):
         self.funcs = list(funcs)
         self.normalize_then_sum = multi_objective_aggregation == "normalize_then_sum"
-        self.processor = processor  # CoMLRL's `reward_processor`: applied to every value before the weighted sum
+        # applied to every value before the weighted sum (and to each agent's own); the values are logged as returned
+        self.transform = transform
         self.agent_aggregation = agent_aggregation
         if not self.funcs:
             raise ValueError(
@@ -246,7 +247,7 @@ class JointReward:
         completion_ids: list[list[list[int]]] | None = None,
         messages: list[list[list[dict] | None]] | None = None,
     ) -> tuple[list[float], list, dict[int, list[list[float | None]]]]:
-        """Joint reward per joint action (weighted sum over functions, of the processed values), each function's
+        """Joint reward per joint action (weighted sum over functions, of the transformed values), each function's
         joint values, and each per-agent function's values per agent (function index -> [agent][joint action]).
         `messages` ([agent][joint action], with tools): each completion as TRL's reward functions get it, the
         assistant turns and tool results (None for an agent without tools: its text as one assistant message)."""
@@ -268,8 +269,8 @@ class JointReward:
                 per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
             else:
                 per_func.append(self._joint_values(f, completions, keywords, count, turn))
-        processed = per_func if self.processor is None else [self._process(vals, turn) for vals in per_func]
-        return self._weighted_sum(processed, count), per_func, per_agent
+        transformed = per_func if self.transform is None else [self._transform(vals, turn) for vals in per_func]
+        return self._weighted_sum(transformed, count), per_func, per_agent
 
     def _weighted_sum(self, per_func: list[list[float | None]], count: int) -> list[float]:
         scored = [w for f, w in enumerate(self.weights) if self._ready(f)]
@@ -315,7 +316,7 @@ class JointReward:
         for position, f in enumerate(scored):
             for i in range(self.num_agents):
                 values = per_agent[f][i] if f in per_agent else per_func[position]
-                values = values if self.processor is None else self._process(values, turn)
+                values = values if self.transform is None else self._transform(values, turn)
                 for j, value in enumerate(values):
                     if value is not None:
                         own[j][i] += self.weights[f] * value
@@ -412,9 +413,9 @@ class JointReward:
         values = _run(func(**_pick_keywords(func, trl_keywords)))
         return check_rewards(name, values, len(completions), turn)
 
-    def _process(self, values: list[float | None], turn: int) -> list[float | None]:
-        out = [None if v is None else self.processor(v) for v in values]
-        return check_rewards(f"reward_processor({callable_name(self.processor)})", out, len(values), turn)
+    def _transform(self, values: list[float | None], turn: int) -> list[float | None]:
+        out = [None if v is None else self.transform(v) for v in values]
+        return check_rewards(callable_name(self.transform), out, len(values), turn)
 
 
 def group_normalized(values: Sequence[float | None], groups: Sequence[int]) -> list[float | None]:
