@@ -376,3 +376,10 @@ def test_a_reward_processor_returning_nan_is_named_by_its_keyword(tmp_path, toke
             reward_func=lambda a, b: [0.0] * len(a), reward_processor=halve_badly, args=comlrl_config(tmp_path),
             external_transition=length_feedback,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("num_generations", [1, None])
+def test_comlrl_names_with_a_bad_num_generations_get_the_configs_own_error(tmp_path, num_generations):
+    # CoMLRL's names count prompts in groups of num_generations: they are left untranslated, and the config names K
+    with pytest.raises(ValueError, match=f"num_generations must be >= 2, got {num_generations}"):
+        comlrl_config(tmp_path, num_generations=num_generations, rollout_buffer_size=4)

@@ -94,9 +94,11 @@ def config_keywords(cls, args: tuple, kwargs: dict) -> tuple[dict, dict]:
             raise TypeError(_unknown_name(cls, name, accepted))
     given = {name: kwargs[name] for name in CONFIG_NAMES if kwargs.get(name) is not None}
     core = {name: value for name, value in kwargs.items() if name not in CONFIG_NAMES}
+    if not given:
+        return core, given
     draft = Draft(cls, args, core)
     k = draft.num_generations
-    if given and isinstance(k, int) and k >= 2:  # else the config refuses num_generations, naming it
+    if isinstance(k, int) and k >= 2:  # else the config refuses num_generations, naming it
         apply_config_names(draft, given)
     return {**core, **draft.updates}, given
 
