@@ -74,7 +74,7 @@ def test_a_reward_keyword_that_is_no_dataset_column_is_named_with_the_columns_an
     message = (
         r"'graded' cannot be called .*missing a required argument: 'answer'\. 'answer' is neither a column of the "
         r"dataset \(columns other than 'prompt': \['question'\]\) nor a keyword the trainer passes "
-        r"\(\['prompts', 'turn', 'trainer_state', 'batch_items', 'log_metric', 'log_extra', 'environments'\]\): "
+        r"\(\['prompts', 'turn', 'trainer_state', 'rows', 'log_metric', 'log_extra', 'environments'\]\): "
         r"add the column"
     )
     with pytest.raises(TypeError, match=message):

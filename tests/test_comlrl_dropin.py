@@ -383,3 +383,25 @@ def test_comlrl_names_with_a_bad_num_generations_get_the_configs_own_error(tmp_p
     # CoMLRL's names count prompts in groups of num_generations: they are left untranslated, and the config names K
     with pytest.raises(ValueError, match=f"num_generations must be >= 2, got {num_generations}"):
         comlrl_config(tmp_path, num_generations=num_generations, rollout_buffer_size=4)
+
+
+def test_comlrls_batch_items_reach_a_reward_by_name_or_through_kwargs():
+    """The core passes each joint action's row as `rows`; compat gives it to CoMLRL's rewards as `batch_items`."""
+    from trl_multiagent.compat.comlrl import rows_named
+    from trl_multiagent.rollout.rewards import JointReward
+
+    seen = []
+
+    def by_name(completions1, completions2, batch_items):
+        seen.append(("by_name", batch_items))
+        return [0.0] * len(completions1)
+
+    def through_kwargs(completions1, completions2, **kwargs):
+        seen.append(("through_kwargs", kwargs["batch_items"]))
+        return [0.0] * len(completions1)
+
+    rows = [{"prompt": "p", "target": 3}]
+    reward = JointReward([rows_named(by_name), rows_named(through_kwargs)], None, num_agents=2)
+    reward([["a"], ["b"]], 1, {"rows": rows})
+    assert seen == [("by_name", rows), ("through_kwargs", rows)]
+    assert reward.names == ["by_name", "through_kwargs"]

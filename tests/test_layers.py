@@ -42,18 +42,9 @@ FLOORS = [
 ]
 OUTSIDE = ("demo", "models", "plot")
 COMLRL_SEAMS = {"config", "arguments"}
-# CoMLRL's names that only `compat/` may know: its reward keyword `batch_items` and its `reward_processor`.
+# CoMLRL's names that only `compat/` may know: its reward keyword `batch_items` (the core's `rows`) and its
+# `reward_processor` (the core's reward transform); `compat.comlrl` translates both when the trainer is built.
 COMLRL_NAMES = re.compile(r"\b(batch_items|processor|reward_processor)\b")
-# Core modules that still carry one, each listed with what it names, so that the list can only shrink: `batch_items`
-# is translated in the core until `arguments.prepare` hands compat the user's reward functions to wrap; `arguments`
-# passes compat's `reward_processor` on as the reward transform.
-STILL_NAMED = {
-    "arguments": ["reward_processor"],
-    "arguments.functions": ["reward_processor"],
-    "rollout.environment": ["batch_items"],
-    "rollout.rewards": ["batch_items"],
-    "rollout.reward_wrappers": ["batch_items"],
-}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -132,7 +123,7 @@ def test_the_check_finds_a_back_edge(module, line, found):
 def test_only_compat_knows_comlrls_names(path):
     module = module_name(path)
     if module.split(".")[0] not in ("compat", *OUTSIDE):
-        assert sorted(set(COMLRL_NAMES.findall(path.read_text()))) == STILL_NAMED.get(module, []), module
+        assert COMLRL_NAMES.findall(path.read_text()) == [], module
 
 
 def test_the_architecture_page_names_every_module():

@@ -122,15 +122,16 @@ def prepare(
     functions = user_functions(
         args,
         plan.num_agents,
-        reward_func,
-        reward_funcs,
+        resolved.reward_functions(reward_func),
+        resolved.reward_functions(reward_funcs),
         external_transition,
         formatters,
         train_dataset,
         eval_dataset,
-        resolved.reward_processor,
+        resolved.reward_transform,
         worlds.reward_funcs if worlds is not None else None,
         has_worlds=worlds is not None,
+        reserved_keywords=resolved.reserved_keywords,
     )
     tokenizers = load_tokenizers(plan, args.trust_remote_code)
     resolved.add_special_tokens(tokenizers)

@@ -39,13 +39,16 @@ def user_functions(
     formatters,
     train_dataset,
     eval_dataset,
-    reward_processor,
+    reward_transform,
     world_rewards: list | None = None,
     has_worlds: bool = False,
+    reserved_keywords: tuple[str, ...] = (),
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
-    after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`)."""
+    after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`).
+    `reward_transform` maps every reward value before the weighted sum (or None); `reserved_keywords` are the keywords
+    the functions take besides the core's (translated by `compat`), which no dataset column may be named either."""
     if reward_func is not None and reward_funcs is not None:
         raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
     funcs = reward_funcs if reward_funcs is not None else reward_func
@@ -55,13 +58,13 @@ def user_functions(
     named = [("train_dataset", train_dataset), *named_eval_datasets(eval_dataset)]
     columns = [c for _, d in named for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
-    check_column_names(columns, {*REWARD_KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
+    check_column_names(columns, {*REWARD_KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY, *reserved_keywords})
     joint_reward = JointReward(
         funcs,
         weights,
         num_agents,
         columns,
-        reward_processor,
+        reward_transform,
         args.agent_reward_aggregation,
         args.multi_objective_aggregation,
     )

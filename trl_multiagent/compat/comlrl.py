@@ -20,12 +20,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import torch
 from transformers import TrainerCallback
 from transformers.utils import logging
 from trl import GRPOConfig
@@ -45,6 +47,7 @@ LAUNCH = (
 # CoMLRL's advantage_mode -> advantage_baseline, from the name each baseline gives it (`credit_options.Baseline.comlrl`)
 ADVANTAGE_MODES = {baseline.comlrl: name for name, baseline in BASELINES.items() if baseline.comlrl is not None}
 PARALLEL_TRAINING = ("none", "mp")
+BATCH_ITEMS = "batch_items"  # CoMLRL's reward keyword: the dataset row of each joint action, the core's `rows`
 # CoMLRL 1.4.3's `MAGRPOConfig` names that TRL's `GRPOConfig` lacks, with their types (for the constructor's signature)
 CONFIG_NAMES = {
     "agent_learning_rate": "float | None",
@@ -383,13 +386,24 @@ class CoMLRLArguments:
     num_agents: int | None
     eval_dataset: object
     # CoMLRL's `reward_processor` as the core's reward transform (`rewards.JointReward(transform=)`), named after it
-    reward_processor: Callable[[float], float] | None
+    reward_transform: Callable[[float], float] | None
     special_tokens: dict | None  # added to every agent's tokenizer
     eval_metrics: list  # callables `(tree, rows, num_turns) -> metrics` run on each evaluation rollout
     callbacks: list
 
+    # the keywords CoMLRL's reward functions take that the core's lack: a dataset column may not be named so
+    reserved_keywords = (BATCH_ITEMS,)
+
     def later_turn_formatter(self, formatters: list | None) -> Callable[[dict, list], list] | None:
         return later_turn_formatter(formatters, self.args)
+
+    def reward_functions(self, funcs):
+        """`reward_func`/`reward_funcs` (None, one, or a list) with CoMLRL's `batch_items` translated (`rows_named`)."""
+        if funcs is None:
+            return None
+        if isinstance(funcs, (list, tuple)):
+            return [rows_named(f) for f in funcs]
+        return rows_named(funcs)
 
     def add_special_tokens(self, tokenizers: list) -> None:
         add_special_tokens(tokenizers, self.special_tokens)
@@ -445,11 +459,44 @@ def trainer_arguments(kwargs: dict, args, *, agents, model, num_agents, eval_dat
         model=model,
         num_agents=num_agents,
         eval_dataset=eval_dataset,
-        reward_processor=_reward_transform(reward_processor) if reward_processor is not None else None,
+        reward_transform=_reward_transform(reward_processor) if reward_processor is not None else None,
         special_tokens=special_tokens,
         eval_metrics=[evaluation] if evaluation is not None else [],
         callbacks=callbacks,
     )
+
+
+def rows_named(func):
+    """A reward function as the core calls it, when it takes CoMLRL's `batch_items`: by name, which the core's
+    signature reading sees as its `rows` (`rewards.REWARD_KEYWORDS`), or through ``**kwargs``, which get it beside
+    `rows`. Any other function (a reward model, one that takes neither) is returned as it is. The wrapper keeps the
+    function's name and stated convention, and is sync or async as the function is (the core awaits its result).
+
+    >>> def comlrl_reward(completions1, completions2, batch_items=None):
+    ...     return [float(row["target"]) for row in batch_items]
+    >>> import inspect
+    >>> reward = rows_named(comlrl_reward)
+    >>> str(inspect.signature(reward)), reward(["a"], ["b"], rows=[{"target": 3}])
+    ('(completions1, completions2, rows=None)', [3.0])
+    """
+    if not callable(func) or isinstance(func, (str, torch.nn.Module)):
+        return func
+    signature = inspect.signature(func)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    if BATCH_ITEMS not in signature.parameters and not takes_any:
+        return func
+    named = BATCH_ITEMS in signature.parameters and "rows" not in signature.parameters
+
+    def translated(*args, **kwargs):
+        if "rows" in kwargs:
+            kwargs[BATCH_ITEMS] = kwargs.pop("rows") if named else kwargs["rows"]
+        return func(*args, **kwargs)
+
+    functools.update_wrapper(translated, func)  # its name, module and stated convention (`reward_wrappers`)
+    if named:
+        parameters = [p.replace(name="rows") if p.name == BATCH_ITEMS else p for p in signature.parameters.values()]
+        translated.__signature__ = signature.replace(parameters=parameters)
+    return translated
 
 
 def _reward_transform(reward_processor: Callable[[float], float]) -> Callable[[float], float]:

@@ -203,7 +203,7 @@ class TeamEnvironment:
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
             "trainer_state": self.trainer_state,
-            "batch_items": rows,  # CoMLRL's name for the dataset row of each joint action
+            "rows": rows,
             "log_metric": self.log_metric,
             "log_extra": partial(self._log_extra, None),  # `score` keeps the values of its joint actions
         }

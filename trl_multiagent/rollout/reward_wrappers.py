@@ -54,7 +54,7 @@ def per_agent(func: Callable) -> Callable:
 
 def per_joint_action(func: Callable) -> Callable:
     """State that `func` scores one joint action per call (CoMLRL 1.4.3's convention): it is called once per joint
-    action with one-element lists (``completions_agent_i[0]``), ``batch_items=[row]`` and ``prompts=[agent 0's
+    action with one-element lists (``completions_agent_i[0]``), ``rows=[row]`` and ``prompts=[agent 0's
     prompt]``, and returns one value or a list of one value.
 
     >>> @per_joint_action

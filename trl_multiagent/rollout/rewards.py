@@ -20,8 +20,8 @@ with how to state it:
   joint action from its world (`environments`, one per joint action). Read from the signature, this says so once at
   WARNING.
 * **Joint, one joint action per call** (`per_joint_action`, CoMLRL 1.4.3's convention): called once per joint action,
-  with one-element lists and ``batch_items=[row]`` and ``prompts=[agent 0's prompt]`` as CoMLRL passes them; it returns
-  one value or a list of one. Without the wrapper, a joint function that returns a list of one value when given
+  with one-element lists, ``rows=[row]`` and ``prompts=[agent 0's prompt]``; it returns one value or a list of
+  one. Without the wrapper, a joint function that returns a list of one value when given
   several joint actions is read so (its first value is kept). The first call with more than one joint action decides
   (the trainer's build-time check makes one with two).
 
@@ -70,7 +70,7 @@ REWARD_KEYWORDS = {
     "prompts": RewardKeyword("each agent's prompt per joint action (a per-agent reward: its agent's)", True, False),
     "turn": RewardKeyword("the turn, from 1", False, False),
     "trainer_state": RewardKeyword("the Trainer's `TrainerState`", False, True),
-    "batch_items": RewardKeyword("the dataset row of each joint action (CoMLRL's name)", True, False),
+    "rows": RewardKeyword("the dataset row of each joint action", True, False),
     "log_metric": RewardKeyword(
         "TRL's `log_metric(name, value)`: a scalar logged with the step's metrics", False, True
     ),
@@ -335,7 +335,7 @@ class JointReward:
                 logger.warning_once(
                     f"Reward function {name!r} returned 1 value for {count} joint actions (turn {turn}), so it is read "
                     "as CoMLRL's per-joint-action convention: it will be called once per joint action, with "
-                    "one-element lists, batch_items=[row] and prompts=[agent 0's prompt], and its value kept. If it "
+                    "one-element lists, rows=[row] and prompts=[agent 0's prompt], and its value kept. If it "
                     f"scores one joint action per call, state it with per_joint_action({name}) (from trl_multiagent). "
                     "If this is a bug, return one value per joint action (as many as each list of completions has), "
                     f"and state joint({name}) to make a wrong count an error."
