@@ -400,8 +400,13 @@ def test_comlrls_batch_items_reach_a_reward_by_name_or_through_kwargs():
         seen.append(("through_kwargs", kwargs["batch_items"]))
         return [0.0] * len(completions1)
 
+    class Scorer:  # a callable object keeps its class's name
+        def __call__(self, completions1, completions2, **kwargs):
+            seen.append(("Scorer", kwargs["batch_items"]))
+            return [0.0] * len(completions1)
+
     rows = [{"prompt": "p", "target": 3}]
-    reward = JointReward([rows_named(by_name), rows_named(through_kwargs)], None, num_agents=2)
+    reward = JointReward([rows_named(f) for f in (by_name, through_kwargs, Scorer())], None, num_agents=2)
     reward([["a"], ["b"]], 1, {"rows": rows})
-    assert seen == [("by_name", rows), ("through_kwargs", rows)]
-    assert reward.names == ["by_name", "through_kwargs"]
+    assert seen == [("by_name", rows), ("through_kwargs", rows), ("Scorer", rows)]
+    assert reward.names == ["by_name", "through_kwargs", "Scorer"]

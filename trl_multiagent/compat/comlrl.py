@@ -1,5 +1,6 @@
 """CoMLRL 1.4.3's MAGRPO names, and what each becomes here: the config's (`config_keywords`, translated into the fields
-they mean before the config is built; read back by `read_name`) and the trainer's (`trainer_arguments`, `Evaluation`).
+they mean before the config is built; read back by `read_name`) and the trainer's (`trainer_arguments`, `Evaluation`,
+and the reward keyword `batch_items`, the core's `rows`: `rows_named`).
 This is the only module that knows CoMLRL; the core reaches it through `MAGRPOConfig`'s constructor (its type hands
 every `MAGRPOConfig(...)` call's keywords here once) and `trainer_arguments`.
 
@@ -492,7 +493,8 @@ def rows_named(func):
             kwargs[BATCH_ITEMS] = kwargs.pop("rows") if named else kwargs["rows"]
         return func(*args, **kwargs)
 
-    functools.update_wrapper(translated, func)  # its name, module and stated convention (`reward_wrappers`)
+    functools.update_wrapper(translated, func)  # its module and stated convention (`reward_wrappers`)
+    translated.__name__ = callable_name(func)  # a callable object's name too, which update_wrapper leaves out
     if named:
         parameters = [p.replace(name="rows") if p.name == BATCH_ITEMS else p for p in signature.parameters.values()]
         translated.__signature__ = signature.replace(parameters=parameters)
