@@ -13,6 +13,7 @@ from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaF
 from trl.rewards import think_format_reward
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_joint_action
+from trl_multiagent.compat.comlrl import read_one_value
 from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rollout import rewards as rewards_module
 from trl_multiagent.rollout.environment import TeamEnvironment
@@ -267,8 +268,9 @@ def test_one_value_for_two_joint_actions_is_read_per_joint_action_and_said_once(
 
 
 def test_a_wrong_count_is_an_error_naming_the_function_the_turn_and_the_counts():
-    """`joint` makes `[0.5]` for 2 joint actions an error; 3 values for 4 fail with or without it; a reward that
-    returned one value, read per joint action, is told why it is called so when it then fails."""
+    """`joint` makes `[0.5]` for 2 joint actions an error; 3 values for 4 fail with or without it; one value for 2
+    is an error without the trainer's rule (CoMLRL's, `compat.comlrl.read_one_value`); a reward that returned one
+    value, read per joint action by that rule, is told why it is called so when it then fails."""
 
     def half(completions1, completions2):
         return [0.5]
@@ -286,7 +288,9 @@ def test_a_wrong_count_is_an_error_naming_the_function_the_turn_and_the_counts()
     def shrinking(completions1, completions2):
         return [0.0] * (len(completions1) - 1)
 
-    reward = JointReward([shrinking], None, num_agents=2)
+    with pytest.raises(ValueError, match=r"'shrinking' \(turn 1\) returned 1 value for 2 joint actions; it must"):
+        JointReward([shrinking], None, num_agents=2)(two, 1, {})  # no rule for one value: a count error
+    reward = JointReward([shrinking], None, num_agents=2, one_value_for_several=read_one_value)  # the trainer's rule
     with pytest.raises(ValueError, match=r"'shrinking' \(turn 1, called once per joint action since it returned 1 "):
         reward(two, 1, {})
     with pytest.raises(ValueError, match=r"per_joint_action\(shrinking\) states\) returned 0 values for 1 joint"):

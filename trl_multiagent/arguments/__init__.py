@@ -132,6 +132,7 @@ def prepare(
         worlds.reward_funcs if worlds is not None else None,
         has_worlds=worlds is not None,
         reserved_keywords=resolved.reserved_keywords,
+        one_value_for_several=resolved.one_value_for_several,
     )
     tokenizers = load_tokenizers(plan, args.trust_remote_code)
     resolved.add_special_tokens(tokenizers)

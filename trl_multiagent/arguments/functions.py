@@ -43,12 +43,15 @@ def user_functions(
     world_rewards: list | None = None,
     has_worlds: bool = False,
     reserved_keywords: tuple[str, ...] = (),
+    one_value_for_several=None,
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
     after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`).
     `reward_transform` maps every reward value before the weighted sum (or None); `reserved_keywords` are the keywords
-    the functions take besides the core's (translated by `compat`), which no dataset column may be named either."""
+    the functions take besides the core's (translated by `compat`), which no dataset column may be named either;
+    `one_value_for_several` reads a joint function that returns one value for several joint actions
+    (`rewards.JointReward`)."""
     if reward_func is not None and reward_funcs is not None:
         raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
     funcs = reward_funcs if reward_funcs is not None else reward_func
@@ -67,6 +70,7 @@ def user_functions(
         reward_transform,
         args.agent_reward_aggregation,
         args.multi_objective_aggregation,
+        one_value_for_several,
     )
     if args.team_reward_weight != 1.0 and not joint_reward.gives_own_rewards:
         raise ValueError(

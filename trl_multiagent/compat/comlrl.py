@@ -398,6 +398,9 @@ class CoMLRLArguments:
     def later_turn_formatter(self, formatters: list | None) -> Callable[[dict, list], list] | None:
         return later_turn_formatter(formatters, self.args)
 
+    def one_value_for_several(self, name: str, count: int, turn: int, first_alone: Callable[[], float | None]):
+        return read_one_value(name, count, turn, first_alone)
+
     def reward_functions(self, funcs):
         """`reward_func`/`reward_funcs` (None, one, or a list) with CoMLRL's `batch_items` translated (`rows_named`)."""
         if funcs is None:
@@ -499,6 +502,31 @@ def rows_named(func):
         parameters = [p.replace(name="rows") if p.name == BATCH_ITEMS else p for p in signature.parameters.values()]
         translated.__signature__ = signature.replace(parameters=parameters)
     return translated
+
+
+def read_one_value(name: str, count: int, turn: int, first_alone: Callable[[], float | None]) -> float | None:
+    """CoMLRL 1.4.3's reward convention, read from what an unstated joint function returns (`rewards.JointReward`'s
+    `one_value_for_several`): one value for `count` joint actions means that it scores one joint action per call.
+    Returns joint action 0's value scored alone (`first_alone`); the core then calls it once per joint action. When
+    that call fails too, the function is not CoMLRL's but drops values (an off-by-one slice): one error says so, not
+    a convention WARNING and then a count error."""
+    try:
+        first = first_alone()
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"Reward function {name!r} returned 1 value for {count} joint actions (turn {turn}), and, called with one "
+            f"joint action (CoMLRL's per-joint-action convention), failed: {error} It drops values (a slice such as "
+            "completions[1:]?): return one value per joint action, as many as each list of completions has."
+        ) from error
+    logger.warning_once(
+        f"Reward function {name!r} returned 1 value for {count} joint actions (turn {turn}), so it is read as CoMLRL's "
+        "per-joint-action convention: it will be called once per joint action, with one-element lists, "
+        f"batch_items=[row] and prompts=[agent 0's prompt], and its value kept. If it scores one joint action per "
+        f"call, state it with per_joint_action({name}) (from trl_multiagent). If this is a bug, return one value per "
+        f"joint action (as many as each list of completions has), and state joint({name}) to make a wrong count an "
+        "error."
+    )
+    return first
 
 
 def _reward_transform(reward_processor: Callable[[float], float]) -> Callable[[float], float]:

@@ -21,9 +21,10 @@ with how to state it:
   WARNING.
 * **Joint, one joint action per call** (`per_joint_action`, CoMLRL 1.4.3's convention): called once per joint action,
   with one-element lists, ``rows=[row]`` and ``prompts=[agent 0's prompt]``; it returns one value or a list of
-  one. Without the wrapper, a joint function that returns a list of one value when given
-  several joint actions is read so (its first value is kept). The first call with more than one joint action decides
-  (the trainer's build-time check makes one with two).
+  one. Without the wrapper, a joint function that returns a list of one value when given several joint actions is
+  read so by the rule the trainer gives `JointReward` (`one_value_for_several`, CoMLRL's: its first value is kept);
+  without a rule, it is a count error. The first call with more than one joint action decides (the trainer's
+  build-time check makes one with two).
 
 Keywords are passed only when the function names them or takes ``**kwargs``: those of `REWARD_KEYWORDS` (each says
 what it holds) and the dataset columns.
@@ -31,6 +32,7 @@ what it holds) and the dataset columns.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import statistics
@@ -163,12 +165,17 @@ class JointReward:
         transform: Callable[[float], float] | None = None,
         agent_aggregation="mean",
         multi_objective_aggregation: str = "sum_then_normalize",
+        one_value_for_several: Callable | None = None,
     ):
         self.funcs = list(funcs)
         self.normalize_then_sum = multi_objective_aggregation == "normalize_then_sum"
         # applied to every value before the weighted sum (and to each agent's own); the values are logged as returned
         self.transform = transform
         self.agent_aggregation = agent_aggregation
+        # How an unstated joint function that returns one value for several joint actions is read:
+        # `one_value_for_several(name, count, turn, first_alone)` returns joint action 0's value (`first_alone()`
+        # scores it alone) and the function is then called once per joint action; None: it is a count error
+        self.one_value_for_several = one_value_for_several
         if not self.funcs:
             raise ValueError(
                 "MAGRPOTrainer: No reward source provided. Pass `reward_func=` (or `reward_funcs=`), or an "
@@ -184,8 +191,8 @@ class JointReward:
         self.per_agent = [is_per_agent(f) for f in self.funcs]
         stated = [stated_convention(f) for f in self.funcs]
         self.each_agent = [c == "each_agent" for c in stated]
-        # per function: True for CoMLRL's convention; None until a call with several joint actions shows whether an
-        # unwrapped joint function scores them all at once
+        # per function: True when it scores one joint action per call; None until a call with several joint actions
+        # shows whether an unwrapped joint function scores them all at once (`one_value_for_several`)
         self.one_action_per_call: list[bool | None] = [
             False if p else {"joint": False, "per_joint_action": True, "each_agent": False}.get(c)
             for p, c in zip(self.per_agent, stated, strict=True)
@@ -329,35 +336,16 @@ class JointReward:
         values = self._call_joint(f, completions, keywords, list(range(count)), turn)
         if self.one_action_per_call[f] is None and count > 1:
             one = isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and len(values) == 1
-            self.one_action_per_call[f] = one
-            if one:
-                first = self._first_action_or_the_real_error(f, completions, keywords, count, turn)
-                logger.warning_once(
-                    f"Reward function {name!r} returned 1 value for {count} joint actions (turn {turn}), so it is read "
-                    "as CoMLRL's per-joint-action convention: it will be called once per joint action, with "
-                    "one-element lists, rows=[row] and prompts=[agent 0's prompt], and its value kept. If it "
-                    f"scores one joint action per call, state it with per_joint_action({name}) (from trl_multiagent). "
-                    "If this is a bug, return one value per joint action (as many as each list of completions has), "
-                    f"and state joint({name}) to make a wrong count an error."
+            if one and self.one_value_for_several is not None:
+                first = self.one_value_for_several(
+                    name, count, turn, functools.partial(self._one_action, f, completions, keywords, 0, turn)
                 )
+                self.one_action_per_call[f] = True
                 return [first] + [self._one_action(f, completions, keywords, j, turn) for j in range(1, count)]
-            logger.info_once(f"Reward function {name!r} scores all joint actions of a turn in one call (joint).")
+            self.one_action_per_call[f] = False
+            if not one:
+                logger.info_once(f"Reward function {name!r} scores all joint actions of a turn in one call (joint).")
         return check_rewards(name, values, count, turn, joint=True)
-
-    def _first_action_or_the_real_error(self, f: int, completions, keywords: dict, count: int, turn: int) -> float:
-        """Joint action 0 scored alone, as CoMLRL's convention would. When that fails too, the function is not
-        CoMLRL's but drops values (an off-by-one slice): one error says so, not a convention WARNING and then a count
-        error."""
-        try:
-            return self._one_action(f, completions, keywords, 0, turn)
-        except (TypeError, ValueError) as error:
-            self.one_action_per_call[f] = None
-            raise ValueError(
-                f"Reward function {self.names[f]!r} returned 1 value for {count} joint actions (turn {turn}), and, "
-                f"called with one joint action (CoMLRL's per-joint-action convention), failed: {error} It drops "
-                "values (a slice such as completions[1:]?): return one value per joint action, as many as each list "
-                "of completions has."
-            ) from error
 
     def _call_joint(self, f: int, completions, keywords: dict, actions: list[int], turn: int):
         func = self.funcs[f]
