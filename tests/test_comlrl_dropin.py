@@ -91,7 +91,7 @@ def test_comlrl_script_trains_and_evaluates(tmp_path, tokenizer, tiny_model_dir)
         reward_func=ratio_reward, reward_processor=lambda r: 2.0 * r + 1.0, formatters=formatter,
         external_transition=length_feedback, args=comlrl_config(tmp_path),
     )  # fmt: skip
-    assert trainer.num_agents == 2 and len(trainer.environment.formatters) == 2
+    assert trainer.num_agents == 2 and len(trainer.task.formatters) == 2
     assert len(trainer.eval_dataset) == 2  # eval_num_samples
     trainer.train()
     logs = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]

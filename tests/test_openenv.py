@@ -214,7 +214,7 @@ def test_trls_echo_pattern_forks_by_replay_on_the_server_for_a_second_turn(games
         )  # fmt: skip
         trainer.train()
     log = trainer.state.log_history[0]
-    assert trainer.environment.worlds.fork_methods == {EchoToolEnv: "replay"}
+    assert trainer.task.worlds.fork_methods == {EchoToolEnv: "replay"}
     assert log["turn_1/rewards/reward_func/mean"] == pytest.approx(0.2)  # "ab"
     # turn 2: 2 branches x 2 joint actions echo "x" and "xx": (0.1 + 0.2) / 2, each on its own replayed session
     assert log["turn_2/rewards/reward_func/mean"] == pytest.approx(0.15)

@@ -16,9 +16,9 @@ from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_jo
 from trl_multiagent.compat.comlrl import read_one_value
 from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rollout import rewards as rewards_module
-from trl_multiagent.rollout.environment import TeamEnvironment
 from trl_multiagent.rollout.reward_signatures import is_per_agent
 from trl_multiagent.rollout.rewards import JointReward, aggregate_agents
+from trl_multiagent.rollout.task import TeamTask
 
 
 CHAT_TEMPLATE = (
@@ -84,8 +84,8 @@ def test_a_comlrl_reward_called_per_joint_action_gives_the_batched_rewards(tmp_p
 
     per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_func=comlrl_reward)
     batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_func=batched_reward)
-    assert per_action.environment.joint_reward.one_action_per_call == [True]
-    assert batched.environment.joint_reward.one_action_per_call == [False]
+    assert per_action.task.joint_reward.one_action_per_call == [True]
+    assert batched.task.joint_reward.one_action_per_call == [False]
     # the build-time call with 2 joint actions (one call, then 2 one-action calls), then 2 prompts x K=2 per call
     assert set(calls) == {(2, 2, 2), (1, 1, 1)} and len(calls) == 1 + 2 + 4
     for key in ("turn_1/reward_mean", "turn_1/reward_std", "train_loss"):
@@ -166,7 +166,7 @@ def test_a_reward_model_scores_each_agent_as_trl_scores_it(tmp_path, tokenizer):
         tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_funcs=[str(rm_dir)],
         args=config(tmp_path, log_completions=True, num_completions_to_print=2),
     )  # fmt: skip
-    assert trainer.environment.joint_reward.names == ["tiny-rm"]
+    assert trainer.task.joint_reward.names == ["tiny-rm"]
     reloaded = AutoModelForSequenceClassification.from_pretrained(rm_dir).eval()
     logs = trainer._logs
     for i in range(2):
@@ -217,8 +217,8 @@ def test_each_stated_convention_gives_the_trainer_its_values(tmp_path, tokenizer
             args=config(tmp_path, reward_weights=[1.0, 2.0, 3.0], log_completions=True),
         )  # fmt: skip
     assert "is read as" not in caplog.text  # stated: nothing inferred
-    assert trainer.environment.joint_reward.names == ["difference", "length", "first_length"]
-    assert trainer.environment.joint_reward.per_agent == [False, True, False]
+    assert trainer.task.joint_reward.names == ["difference", "length", "first_length"]
+    assert trainer.task.joint_reward.per_agent == [False, True, False]
     # build time (2 joint actions): one call of the joint function, 2 of the per-joint-action one; then 4 joint actions
     assert [c for c in calls if c[0] == "difference"] == [("difference", 2), ("difference", 4)]
     assert [c for c in calls if c[0] == "first_length"] == [("first_length", 1)] * (2 + 4)
@@ -262,7 +262,7 @@ def test_one_value_for_two_joint_actions_is_read_per_joint_action_and_said_once(
     assert caplog.text.count(said) == 1
     assert "state it with per_joint_action(constant)" in caplog.text
     assert "If this is a bug, return one value per joint action" in caplog.text
-    assert trainer.environment.joint_reward.one_action_per_call == [True]
+    assert trainer.task.joint_reward.one_action_per_call == [True]
     assert calls == [2, 1, 1] + [1] * 4  # the build-time call, its 2 joint actions one by one, the step's 4
     assert log["turn_1/reward_mean"] == 0.5 and log["turn_1/reward_std"] == 0.0
 
@@ -442,7 +442,7 @@ def test_the_environment_gives_a_value_for_every_reward_keyword():
     """`rewards.REWARD_KEYWORDS` is the one list: the environment gives each keyword a value (`turn` is the reward's
     own, per call), and the dataset's columns beside them."""
     reward = JointReward([lambda completions_0, completions_1: [0.0]], None, num_agents=2)
-    environment = TeamEnvironment(reward, None, None, None, tokenizers=[None, None], worlds=object())
+    environment = TeamTask(reward, None, None, None, tokenizers=[None, None], worlds=object())
     keywords = environment.reward_keywords([{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
     assert set(keywords) == {*rewards_module.REWARD_KEYWORDS, "level"} - {"turn"}
     assert keywords["environments"] == ["world"] and keywords["level"] == [3]

@@ -33,8 +33,8 @@ class EnvironmentLifecycle:
                 self._close_environments()
 
     def _close_environments(self) -> None:
-        if self.environment.worlds is not None:
-            self.environment.worlds.close()
+        if self.task.worlds is not None:
+            self.task.worlds.close()
 
     def _remove_unused_columns(self, dataset, description=None):
         """Every column stays, whatever `remove_unused_columns` says: a team's formatters, rewards, transition and

@@ -138,14 +138,14 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         )  # fmt: skip
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
-        self.tokenizers, self.environment = inputs.tokenizers, inputs.environment
+        self.tokenizers, self.task = inputs.tokenizers, inputs.task
         self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
         reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
         self.team, self.agent_eos_token_ids = built
-        reward_funcs = arguments.load_reward_models(self.environment.joint_reward.funcs, args)
-        with arguments.grpo_trainer_settings(args, self.environment.joint_reward.weights):
+        reward_funcs = arguments.load_reward_models(self.task.joint_reward.funcs, args)
+        with arguments.grpo_trainer_settings(args, self.task.joint_reward.weights):
             super().__init__(
                 model=self.team.trainer_model,  # a team of one: the agent's own model, as GRPOTrainer's
                 reward_funcs=reward_funcs,
@@ -159,7 +159,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             )
         self.beta, self.use_vllm = args.beta, args.use_vllm
         self._set_up_entropy_bonus(args)  # GRPOTrainer's entropy bonus, per agent (`update.entropy`)
-        self.environment.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
+        self.task.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
@@ -206,7 +206,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         completions per agent and node: the step's first stage (`rollout.run_rollout`), public for `evaluation`. Kept
         as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world)."""
         self._rollout_times, self._truncated_prompts = RolloutTimes(), 0
-        self.environment.start(self.args.num_turns, self.state)
+        self.task.start(self.args.num_turns, self.state)
         with self._rollout_times.phase("sync"):
             self.generator.sync_weights(self.state.global_step)  # only after the weights changed
         k = num_generations
@@ -217,12 +217,12 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             num_turns=self.args.num_turns,
             joint_mode=self.args.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
-            agent_prompts=self.environment.first_prompts,
+            agent_prompts=self.task.first_prompts,
             generate=lambda agent, prompts, environments: self._generate_for_agent(agent, prompts, k, environments),
-            score=partial(self.environment.score, rows),
-            transition=partial(self.environment.next_prompts, rows),
+            score=partial(self.task.score, rows),
+            transition=partial(self.task.next_prompts, rows),
             sync=partial(sync_turn, self.accelerator),
-            worlds=self.environment.worlds,
+            worlds=self.task.worlds,
             branching=self.args.branching,
             branching_top_m=self.args.branching_top_m,
         )
@@ -253,11 +253,11 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             agent_batches.append(batch)
 
         self._log_rollout_metrics(mode, tree, returns, credited, tokens)
-        self._trees.record(tree, returns, credited, advantages, self.environment, mode, self.state)  # gathers
+        self._trees.record(tree, returns, credited, advantages, self.task, mode, self.state)  # gathers
         if sampling:
             self._log_metrics(mode, reduce_sampling_stats(gather_object([sampling])))
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
-            table = completion_log_rows(tree, advantages, self.environment)
+            table = completion_log_rows(tree, advantages, self.task)
             self._logs = completion_logs(gather_object(table))
         for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. CoMLRL's eval_logger and eval_aggregator
             self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))
@@ -298,7 +298,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         return self.use_vllm and self.vllm_importance_sampling_correction and agent in self.trainable_agents
 
     def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
-        env, truncated, longest = self.environment, self._truncated_prompts, self.max_completion_length
+        env, truncated, longest = self.task, self._truncated_prompts, self.max_completion_length
         stats = rollout_stats(tree, returns, credited, env.reward_values, env.agent_reward_values, tokens, truncated)
         gathered = gather_object([stats])  # one collective for every process's summary
         if mode == "train":

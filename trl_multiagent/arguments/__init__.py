@@ -22,8 +22,8 @@ from transformers.utils import logging
 from ..compat import comlrl
 from ..diagnostics import LearningSignalCallback, say_early_termination
 from ..generation.vllm_settings import check_vllm_team
-from ..rollout.environment import TeamEnvironment
 from ..rollout.rewards import check_agent_reward_aggregation
+from ..rollout.task import TeamTask
 from ..rollout.tools import ToolCalling
 from ..rollout.worlds import Worlds
 from ..team.assembly import TeamPlan, load_tokenizers, plan_team
@@ -55,7 +55,7 @@ class PreparedInputs:
     eval_metrics: list  # `(tree, rows, num_turns) -> metrics` callables run on each evaluation rollout
     callbacks: list  # added once the Trainer exists
     tokenizers: list  # one per agent, loaded (with the special tokens added)
-    environment: TeamEnvironment  # what the rollout calls
+    task: TeamTask  # what the rollout calls
 
 
 def prepare(
@@ -154,10 +154,10 @@ def prepare(
             timeout=args.tool_call_timeout,
         )
     later_turn_format = resolved.later_turn_formatter(functions.formatters)
-    environment = TeamEnvironment(
+    task = TeamTask(
         functions.joint_reward, functions.transition, functions.formatters, later_turn_format, tokenizers, worlds
     )
-    check_first_rows(environment, train_dataset, eval_dataset, args, acts=tool_calling is not None)
+    check_first_rows(task, train_dataset, eval_dataset, args, acts=tool_calling is not None)
     say_early_termination(args.num_turns, args.early_termination_threshold)
     learning_signal = LearningSignalCallback(
         args.num_turns, plan.trainable, args.early_termination_threshold, args.mask_truncated_completions
@@ -173,5 +173,5 @@ def prepare(
         eval_metrics=resolved.eval_metrics,
         callbacks=[*resolved.callbacks, learning_signal],
         tokenizers=tokenizers,
-        environment=environment,
+        task=task,
     )

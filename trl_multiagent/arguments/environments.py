@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datasets import Dataset
 
-from ..rollout.environment import EMPTY_CHAT
+from ..rollout.task import EMPTY_CHAT
 
 
 def placeholder_dataset(args, worlds) -> Dataset:

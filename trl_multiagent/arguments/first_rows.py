@@ -9,20 +9,20 @@ from trl.data_utils import is_conversational
 from ..rollout.callables import _short
 
 
-def check_first_rows(environment, train_dataset, eval_dataset, args, acts: bool = False) -> None:
+def check_first_rows(task, train_dataset, eval_dataset, args, acts: bool = False) -> None:
     """The first rows' prompts (formatters, chat templates; chat messages when the agents act: `acts`), and one
     placeholder call of the user's functions."""
     if isinstance(eval_dataset, (Dataset, IterableDataset)):
         eval_row = next(iter(eval_dataset), None)
         if eval_row is not None:
-            check_acting_prompts(environment.first_prompts(eval_row), acts)
+            check_acting_prompts(task.first_prompts(eval_row), acts)
     if train_dataset is None:
         return
     first_row = next(iter(train_dataset))  # `user_functions` refused an empty one
-    prompts = environment.first_prompts(first_row)
+    prompts = task.first_prompts(first_row)
     check_acting_prompts(prompts, acts)
     if args.check_functions_before_training:
-        environment.check_functions(first_row, prompts, args.num_turns)
+        task.check_functions(first_row, prompts, args.num_turns)
 
 
 def check_acting_prompts(prompts: list, acts: bool) -> None:

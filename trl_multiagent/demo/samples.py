@@ -1,6 +1,6 @@
 """What the agents write: a few joint answers of each turn, with their joint rewards, at the first and the last step.
 
-`SampleAnswers` is a `TrainerCallback` that reads them from the trainer's environment (`TeamEnvironment.samples`),
+`SampleAnswers` is a `TrainerCallback` that reads them from the trainer's task (`TeamTask.samples`),
 prints them when the first and the last step end (main process), and keeps them for a run's summary (`lines`).
 
 >>> print("\\n".join(format_samples(3, {1: [(["A city of glass.", "Towers of cloud rise over a sea..."], 0.61)]})))
@@ -37,25 +37,25 @@ class SampleAnswers(TrainerCallback):
     """Print `per_turn` joint answers of each turn with their rewards at the end of the first and the last step.
 
     Args:
-        environment: the trainer's `environment` (`trainer.environment`).
+        task: the trainer's task (`trainer.task`: its user functions).
         per_turn: joint answers shown per turn.
         printer: where the lines go (`print`).
 
     ```python
-    samples = SampleAnswers(trainer.environment)
+    samples = SampleAnswers(trainer.task)
     trainer.add_callback(samples)
     trainer.train()
     print("\\n".join(samples.lines()))  # both steps again, for the run's summary
     ```
     """
 
-    def __init__(self, environment, per_turn: int = 2, printer=print):
-        self.environment, self.per_turn, self.printer = environment, per_turn, printer
+    def __init__(self, task, per_turn: int = 2, printer=print):
+        self.task, self.per_turn, self.printer = task, per_turn, printer
         self.steps: dict[int, dict[int, list]] = {}
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step in (1, state.max_steps) and state.global_step not in self.steps:
-            self.steps[state.global_step] = {t: list(v) for t, v in self.environment.samples.items()}
+            self.steps[state.global_step] = {t: list(v) for t, v in self.task.samples.items()}
             if state.is_world_process_zero:
                 self.printer(
                     "\n".join(format_samples(state.global_step, self.steps[state.global_step], self.per_turn))

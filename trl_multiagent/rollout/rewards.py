@@ -66,7 +66,7 @@ class RewardKeyword:
     per_agent_call: bool  # a per-agent reward (TRL's convention) gets it as it is
 
 
-# The one list of the reward's keywords (`JointReward` binds them, `environment.TeamEnvironment.reward_keywords` gives
+# The one list of the reward's keywords (`JointReward` binds them, `environment.TeamTask.reward_keywords` gives
 # their values, `arguments.datasets.check_column_names` keeps the dataset's columns off their names).
 REWARD_KEYWORDS = {
     "prompts": RewardKeyword("each agent's prompt per joint action (a per-agent reward: its agent's)", True, False),

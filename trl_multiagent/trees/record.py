@@ -89,7 +89,7 @@ def tree_records(
     returns: list[float],
     credited: torch.Tensor,
     advantages: torch.Tensor,
-    environment,
+    task,
     *,
     max_completion_length: int,
     max_chars: int,
@@ -98,12 +98,12 @@ def tree_records(
     """The records of one process's tree (`rollout.RolloutTree`), one per prompt.
 
     `returns` is the team's return of each joint action (`credit.assign`); `credited` and `advantages`, of shape
-    ``(nodes, agents, K)``, are each completion's credited return and the advantage the update uses. `environment` is
-    the generation's `rollout.environment.TeamEnvironment`: each joint action's value of each reward function
+    ``(nodes, agents, K)``, are each completion's credited return and the advantage the update uses. `task` is
+    the generation's `rollout.task.TeamTask`: each joint action's value of each reward function
     (`action_rewards`) and the rewards' `log_extra` columns. A completion is `truncated` when the model wrote
     `max_completion_length` tokens (it was cut there, as `completions/clipped_ratio` counts it).
     """
-    names = list(environment.joint_reward.names)
+    names = list(task.joint_reward.names)
     by_row: dict[int, list[int]] = {}
     for n, node in enumerate(tree.nodes):
         by_row.setdefault(node.row, []).append(n)
@@ -122,7 +122,7 @@ def tree_records(
                         returns,
                         credited,
                         advantages,
-                        environment,
+                        task,
                         names,
                         max_completion_length,
                         max_chars,
@@ -134,7 +134,7 @@ def tree_records(
     return records
 
 
-def _node_record(tree, n, local, returns, credited, advantages, environment, names, max_length, max_chars) -> dict:
+def _node_record(tree, n, local, returns, credited, advantages, task, names, max_length, max_chars) -> dict:
     node = tree.nodes[n]
     parent = None
     if node.parent is not None:
@@ -170,7 +170,7 @@ def _node_record(tree, n, local, returns, credited, advantages, environment, nam
     actions = []
     for a in node.joint_actions:
         action = tree.joint_actions[a]
-        values = environment.action_rewards.get(a, (None,) * len(names))
+        values = task.action_rewards.get(a, (None,) * len(names))
         record = {
             "choice": list(action.choice),
             "reward": _number(action.reward),
@@ -185,7 +185,7 @@ def _node_record(tree, n, local, returns, credited, advantages, environment, nam
             column: _json_safe(
                 values.get((a, None), [values.get((a, i)) for i in range(len(node.completions))]), max_chars
             )
-            for column, values in environment.extra_columns.items()
+            for column, values in task.extra_columns.items()
             if (a, None) in values or any((a, i) in values for i in range(len(node.completions)))
         }
         if extra:

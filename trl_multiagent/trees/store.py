@@ -49,13 +49,13 @@ class TreeRecorder:
         every = state.logging_steps or 1
         return step % every == 0 or (step == 1 and self.args.logging_first_step)
 
-    def record(self, tree, returns, credited, advantages, environment, mode: str, state) -> str | None:
+    def record(self, tree, returns, credited, advantages, task, mode: str, state) -> str | None:
         """Gather this generation's tree from every process and write its step's file; returns the path (main
         process) or None."""
         if not self.due(mode, state):
             return None
         local = tree_records(
-            tree, returns, credited, advantages, environment,
+            tree, returns, credited, advantages, task,
             max_completion_length=self.max_completion_length, max_chars=self.max_chars,
             process_index=self.accelerator.process_index,
         )  # fmt: skip
@@ -74,7 +74,7 @@ class TreeRecorder:
             "num_agents": num_agents,
             "num_generations": len(tree.nodes[0].completions[0]) if tree.nodes else 0,
             "num_turns": self.args.num_turns,
-            "reward_names": list(environment.joint_reward.names),
+            "reward_names": list(task.joint_reward.names),
             "max_text_chars": self.max_chars,
             "prompts": self._prompts,
         }

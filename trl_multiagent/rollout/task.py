@@ -1,7 +1,8 @@
-"""What the team acts in: the user's formatters, joint reward and transition behind the three calls the rollout makes.
+"""The task: the user's formatters, joint reward and transition behind the three calls the rollout makes.
 
-`TeamEnvironment.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`, `score` and
-`transition`. The environment checks what the user's functions return (naming the function, the turn and the row),
+"Task" is the user's functions; "environment" is only TRL's (`environment_factory`, whose instances are the worlds of
+`rollout.worlds`). `TeamTask.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`,
+`score` and `transition`. The task checks what the user's functions return (naming the function, the turn and the row),
 builds each branch's history, times the reward and transition phases, and keeps the values the metrics and the
 completions table read. With TRL's `environment_factory` (`rollout.worlds`), the reward functions and the transition
 also get ``environments=``: the world each joint action acted on.
@@ -35,7 +36,7 @@ EMPTY_CHAT = [{"role": "user", "content": ""}]
 PLACEHOLDER_JOINT_ACTIONS = 2
 
 
-class TeamEnvironment:
+class TeamTask:
     """The formatters, the joint reward and the transition of one team, as the rollout calls them.
 
     Args:
