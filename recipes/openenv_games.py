@@ -84,7 +84,7 @@ class HanabiObservation(Observation):
 
 class TinyHanabiEnvironment(Environment):
     """OpenSpiel's tiny Hanabi as an OpenEnv environment. The game state is a `pyspiel.State`, which
-    `copy.deepcopy` copies (so an instance in this process forks by copying: `trl_multiagent.rollout.openenv`)."""
+    `copy.deepcopy` copies (so an instance in this process forks by copying: `trl_multiagent.environments.openenv`)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     GAME = "tiny_hanabi"

@@ -15,7 +15,7 @@ The environment class is TRL's OpenEnv pattern (`HanabiTable`): it opens an Open
 ``reset(**row)`` returns a string, its public methods with docstrings are the tools, and the reward is TRL's
 ``def reward_func(environments, **kwargs)``. Each instance holds its own WebSocket session on the server. With
 ``--in_process`` the same game runs without HTTP: the server's environment class itself is the world
-(`trl_multiagent.rollout.openenv.OpenEnvWorld`), forked by ``copy.deepcopy``.
+(`trl_multiagent.environments.openenv.OpenEnvWorld`), forked by ``copy.deepcopy``.
 
 Usage:
 
@@ -45,8 +45,8 @@ from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
 from trl_multiagent.demo.summary import run_report
+from trl_multiagent.environments.openenv import OpenEnvWorld
 from trl_multiagent.flags import FlagParser
-from trl_multiagent.rollout.openenv import OpenEnvWorld
 from trl_multiagent.team.model_config import team_from_model_config
 
 

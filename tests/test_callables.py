@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from trl_multiagent.rollout.callables import Transition
-from trl_multiagent.rollout.rewards import JointReward
+from trl_multiagent.callables import Transition
+from trl_multiagent.rewards.joint import JointReward
 
 
 async def async_reward(completions1, completions2):

@@ -388,7 +388,7 @@ def test_comlrl_names_with_a_bad_num_generations_get_the_configs_own_error(tmp_p
 def test_comlrls_batch_items_reach_a_reward_by_name_or_through_kwargs():
     """The core passes each joint action's row as `rows`; compat gives it to CoMLRL's rewards as `batch_items`."""
     from trl_multiagent.compat.comlrl import rows_named
-    from trl_multiagent.rollout.rewards import JointReward
+    from trl_multiagent.rewards.joint import JointReward
 
     seen = []
 

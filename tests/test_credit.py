@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from trl_multiagent.rollout import Generation, credit, run_rollout
-from trl_multiagent.rollout.credit import completion_returns, group_advantages, joint_choices, joint_returns
+from trl_multiagent import credit
+from trl_multiagent.credit.returns import completion_returns, group_advantages, joint_choices, joint_returns
+from trl_multiagent.rollout import Generation, run_rollout
 
 
 def test_joint_choices_aligned_and_cross():

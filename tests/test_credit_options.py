@@ -10,17 +10,18 @@ from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, per_agent
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, credit, per_agent
 from trl_multiagent.compat import comlrl
-from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
-from trl_multiagent.rollout import Generation, credit, credit_options, run_rollout
-from trl_multiagent.rollout.credit import (
+from trl_multiagent.credit import options as credit_options
+from trl_multiagent.credit.returns import (
     continued,
     group_advantages,
     joint_returns,
     mixed_rewards,
     team_advantages,
 )
+from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
+from trl_multiagent.rollout import Generation, run_rollout
 
 
 def fake_generate(agent, prompts, k):
@@ -379,7 +380,7 @@ def test_max_turn_sequences_follows_branching(tmp_path):
     assert sizes == {"all": 4 * 2 * 16, "best": 4 * 2, "top": 4 * 2 * 4}
 
 
-# ---------------------------------------------------------------------- the registry (`rollout.credit_options`)
+# ---------------------------------------------------------------------- the registry (`credit.options`)
 
 
 def test_a_new_baseline_is_one_registration(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ MODULES = [m.name for m in pkgutil.walk_packages(trl_multiagent.__path__, "trl_m
 
 
 def test_every_module_is_collected():
-    assert {"trl_multiagent.update.importance", "trl_multiagent.rollout.credit", "trl_multiagent.config"} <= set(
+    assert {"trl_multiagent.update.importance", "trl_multiagent.credit.returns", "trl_multiagent.config"} <= set(
         MODULES
     )
 

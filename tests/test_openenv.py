@@ -3,7 +3,7 @@
 * TRL's OpenEnv pattern (recipes/openenv_team.py's `HanabiTable`, an echo class as in TRL's echo example): a client
   opened in ``__init__``, ``reset(**row)`` returning a string, public methods as tools, the reward
   ``def reward_func(environments, **kwargs)``, for a team of two on OpenSpiel's tiny Hanabi and on echo servers.
-* No HTTP: `trl_multiagent.rollout.openenv.OpenEnvWorld` over the server's environment class, forked by deepcopy.
+* No HTTP: `trl_multiagent.environments.openenv.OpenEnvWorld` over the server's environment class, forked by deepcopy.
 * A server killed mid-rollout: the error names the environment, the row, the turn and the call, and the checkpoints
   saved before it are whole (the multi-process case is in test_openenv_distributed.py).
 
@@ -26,9 +26,9 @@ from datasets import Dataset
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
+from trl_multiagent.environments.faults import EnvironmentLost
+from trl_multiagent.environments.worlds import Worlds
 from trl_multiagent.generation import TransformersGenerator
-from trl_multiagent.rollout.faults import EnvironmentLost
-from trl_multiagent.rollout.worlds import Worlds
 
 
 pytestmark = pytest.mark.openenv
@@ -359,7 +359,7 @@ def test_a_server_killed_under_one_of_two_processes_stops_both_with_its_message(
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-3000:]
     lost = f"EnvironmentLost: MAGRPOTrainer: {lost}"
-    assert f"[rank1]: trl_multiagent.rollout.faults.{lost}" in log, log[-5000:]
+    assert f"[rank1]: trl_multiagent.environments.faults.{lost}" in log, log[-5000:]
     assert "on the row {'card_0': " in log
     assert f'[rank0]: RuntimeError: MAGRPOTrainer: the rollout failed on process(es) [1]: {{1: "{lost}' in log, log[
         -5000:

@@ -92,7 +92,7 @@ transformers
   writes the weights.
 - `PreTrainedModel._tied_weights_keys` / `all_tied_weights_keys` -- checkpoint.py (`load_agent_weights`) -- the keys
   `save_pretrained` leaves out of a tied model's file are among them.
-- `PretrainedConfig._name_or_path` -- team/assembly.py, rollout/reward_models.py, compat/comlrl.py -- after
+- `PretrainedConfig._name_or_path` -- team/assembly.py, rewards/models.py, compat/comlrl.py -- after
   `from_pretrained(folder)`, the folder (or hub id) the model was loaded from.
 
 accelerate
@@ -704,7 +704,7 @@ def test_tied_weights_left_out_of_the_file_are_listed(tmp_path):
 
 
 @contract(
-    "transformers", "PretrainedConfig._name_or_path", used_in="team/assembly.py, rollout/reward_models.py, compat/"
+    "transformers", "PretrainedConfig._name_or_path", used_in="team/assembly.py, rewards/models.py, compat/"
 )
 def test_config_name_or_path_is_where_the_model_came_from(tiny_model_dir):
     from transformers import AutoModelForCausalLM

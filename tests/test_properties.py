@@ -7,8 +7,9 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trl_multiagent.rollout import Generation, credit, run_rollout
-from trl_multiagent.rollout.credit import group_advantages
+from trl_multiagent import credit
+from trl_multiagent.credit.returns import group_advantages
+from trl_multiagent.rollout import Generation, run_rollout
 
 
 def fake_generate(agent, prompts, k):

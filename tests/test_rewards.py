@@ -15,9 +15,9 @@ from trl.rewards import think_format_reward
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_joint_action
 from trl_multiagent.compat.comlrl import read_one_value
 from trl_multiagent.demo.testing import make_model, make_tokenizer
-from trl_multiagent.rollout import rewards as rewards_module
-from trl_multiagent.rollout.reward_signatures import is_per_agent
-from trl_multiagent.rollout.rewards import JointReward, aggregate_agents
+from trl_multiagent.rewards import joint as rewards_module
+from trl_multiagent.rewards.joint import JointReward, aggregate_agents
+from trl_multiagent.rewards.signatures import is_per_agent
 from trl_multiagent.rollout.task import TeamTask
 
 

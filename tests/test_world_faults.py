@@ -1,4 +1,4 @@
-"""A world whose server is gone ends the rollout (`rollout.faults`); every other failure of a call stays TRL's: the
+"""A world whose server is gone ends the rollout (`environments.faults`); every other failure of a call stays TRL's: the
 agent reads ``{"error": ...}``. No server and no model here: the tool loop with scripted completions, and the
 rollout's agreement (`local_sync`) that a multi-process run makes through `distributed.sync_turn`."""
 
@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from trl_multiagent.rollout.faults import EnvironmentLost
+from trl_multiagent.environments.faults import EnvironmentLost
+from trl_multiagent.environments.worlds import Worlds
 from trl_multiagent.rollout.tools import tool_loop
-from trl_multiagent.rollout.worlds import Worlds
 
 
 class Remote:

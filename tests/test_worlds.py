@@ -12,11 +12,11 @@ import threading
 import pytest
 from conftest import EVENT_LOOPS, under_event_loop
 
+from trl_multiagent.environments import worlds as worlds_module
+from trl_multiagent.environments.calls import call_tools
+from trl_multiagent.environments.worlds import Worlds
+from trl_multiagent.rewards.joint import JointReward
 from trl_multiagent.rollout import Generation, run_rollout
-from trl_multiagent.rollout import worlds as worlds_module
-from trl_multiagent.rollout.calls import call_tools
-from trl_multiagent.rollout.rewards import JointReward
-from trl_multiagent.rollout.worlds import Worlds
 
 
 class Counter:

@@ -1,7 +1,7 @@
 """MAGRPO for Hugging Face TRL: several cooperating LLM agents trained on a joint reward."""
 
 from .config import MAGRPOConfig
-from .rollout.reward_wrappers import joint, per_agent, per_joint_action
+from .rewards.wrappers import joint, per_agent, per_joint_action
 from .team.agent_team import AgentTeam
 from .trainer import MAGRPOTrainer
 

@@ -12,11 +12,11 @@ from transformers.utils import logging
 from trl import GRPOConfig
 
 from .compat import comlrl  # the one seam: `MAGRPOConfig(...)`'s keywords pass through `comlrl` once (`_Constructor`)
+from .credit import options as credit_options
+from .credit.returns import expanded_per_node, joint_choices
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
-from .rollout import credit_options
-from .rollout.credit import expanded_per_node, joint_choices
-from .rollout.rewards import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
+from .rewards.joint import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
 from .team.optimizer import check_rates
 from .update.chunking import check_loss_type
 

@@ -3,7 +3,7 @@ ends or fails, or after an `evaluate` called on its own (TRL never closes them);
 `reset(**row)` and the routing `environment` column read them.
 
 `EnvironmentLifecycle` is mixed into `MAGRPOTrainer` before `GRPOTrainer`; it overrides `train`, `evaluate` and
-`_remove_unused_columns`. Closing on a failed build is `rollout.worlds.closes_worlds_on_error`, on `__init__`.
+`_remove_unused_columns`. Closing on a failed build is `environments.worlds.closes_worlds_on_error`, on `__init__`.
 """
 
 from __future__ import annotations

@@ -13,18 +13,18 @@ from transformers import PreTrainedTokenizerBase
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from . import arguments
+from . import arguments, credit
 from .checkpoint import TeamCheckpointing
 from .config import MAGRPOConfig
 from .console import attach_callbacks
 from .devices import reuse_freed_memory
 from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
 from .environment_lifecycle import EnvironmentLifecycle
+from .environments.worlds import closes_worlds_on_error
 from .generation import build_generator
 from .generation.output import Generation
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
-from .rollout import RolloutTree, credit, run_rollout
-from .rollout.worlds import closes_worlds_on_error
+from .rollout import RolloutTree, run_rollout
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .team.optimizer import AgentLearningRates
 from .timing import Reading, RolloutTimes, UpdateTimes
@@ -71,9 +71,9 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         reward_func / reward_funcs: reward callables or models, weighted by `args.reward_weights`: joint (a list of
             completions per agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`.
         reward_processing_classes, quantization_config, rollout_func (refused, with the reason): GRPOTrainer's.
-        tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `rollout.worlds`): tools for every
+        tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `environments.worlds`): tools for every
             agent or per agent; one world per joint action, shared by its agents: pooled in turn 1, forked per branch
-            after it (`rollout.forks`).
+            after it (`environments.forks`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
         **comlrl_arguments: CoMLRL's own names (`agent_model`, `wandb_config`, ...): `compat.comlrl`.

@@ -21,11 +21,11 @@ from transformers.utils import logging
 
 from ..compat import comlrl
 from ..diagnostics import LearningSignalCallback, say_early_termination
+from ..environments.worlds import Worlds
 from ..generation.vllm_settings import check_vllm_team
-from ..rollout.rewards import check_agent_reward_aggregation
+from ..rewards.joint import check_agent_reward_aggregation
 from ..rollout.task import TeamTask
 from ..rollout.tools import ToolCalling
-from ..rollout.worlds import Worlds
 from ..team.assembly import TeamPlan, load_tokenizers, plan_team
 from ..team.optimizer import check_rates
 from .environments import check_joint_mode_for_worlds, placeholder_dataset

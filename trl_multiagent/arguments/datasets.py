@@ -6,7 +6,7 @@ from __future__ import annotations
 from datasets import Dataset
 from trl.data_utils import is_conversational
 
-from ..rollout.callables import check_prompt
+from ..callables import check_prompt
 
 
 def named_eval_datasets(eval_dataset) -> list[tuple[str, object]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datasets import Dataset, IterableDataset
 from trl.data_utils import is_conversational
 
-from ..rollout.callables import _short
+from ..callables import _short
 
 
 def check_first_rows(task, train_dataset, eval_dataset, args, acts: bool = False) -> None:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from transformers.utils import logging
 
-from ..rollout.callables import Transition, callable_name
-from ..rollout.reward_models import reward_name
-from ..rollout.reward_wrappers import each_agent
-from ..rollout.rewards import REWARD_KEYWORDS, JointReward, resolve_weights
+from ..callables import Transition, callable_name
+from ..rewards.joint import REWARD_KEYWORDS, JointReward, resolve_weights
+from ..rewards.models import reward_name
+from ..rewards.wrappers import each_agent
 from .datasets import (
     check_column_names,
     check_dataset,

@@ -33,10 +33,10 @@ from transformers import TrainerCallback
 from transformers.utils import logging
 from trl import GRPOConfig
 
+from ..callables import callable_name
+from ..credit.options import BASELINES
+from ..credit.returns import joint_choices
 from ..devices import has_accelerator
-from ..rollout.callables import callable_name
-from ..rollout.credit import joint_choices
-from ..rollout.credit_options import BASELINES
 
 
 logger = logging.get_logger(__name__)

@@ -1,10 +1,10 @@
 """The task: the user's formatters, joint reward and transition behind the three calls the rollout makes.
 
 "Task" is the user's functions; "environment" is only TRL's (`environment_factory`, whose instances are the worlds of
-`rollout.worlds`). `TeamTask.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`,
+`environments.worlds`). `TeamTask.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`,
 `score` and `transition`. The task checks what the user's functions return (naming the function, the turn and the row),
 builds each branch's history, times the reward and transition phases, and keeps the values the metrics and the
-completions table read. With TRL's `environment_factory` (`rollout.worlds`), the reward functions and the transition
+completions table read. With TRL's `environment_factory` (`environments.worlds`), the reward functions and the transition
 also get ``environments=``: the world each joint action acted on.
 """
 
@@ -20,9 +20,9 @@ from transformers import TrainerState
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
+from ..callables import Transition, check_prompt
+from ..rewards.joint import JointReward
 from ..timing import PhaseTimes
-from .callables import Transition, check_prompt
-from .rewards import JointReward
 from .tree import RolloutTree
 
 
@@ -46,7 +46,7 @@ class TeamTask:
         later_turn_format: `(row, transition prompts) -> prompts` for every later turn (CoMLRL's rule, made by
             `compat.comlrl`), or None: the transition's prompts as they are.
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
-        worlds: the team's environments (`rollout.worlds.Worlds`), or None.
+        worlds: the team's environments (`environments.worlds.Worlds`), or None.
 
     The rewards get the trainer's state as `trainer_state` (the one `start` was given; a fresh `TrainerState` for the
     build-time check, which runs before the trainer exists). What they hand back is kept as values for the trainer to
@@ -64,7 +64,7 @@ class TeamTask:
         worlds=None,
     ):
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
-        self.worlds = worlds  # `rollout.worlds.Worlds`, or None
+        self.worlds = worlds  # `environments.worlds.Worlds`, or None
         self.later_turn_format, self.tokenizers = later_turn_format, tokenizers
         self.num_agents = len(tokenizers)
         self.start(num_turns=1)

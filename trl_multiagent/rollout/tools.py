@@ -10,7 +10,7 @@ pass `max_completion_length` (or the model's context) is rolled back and the com
 result tokens get 0 in the completion's tool mask, so that the loss mask is ``completion_mask * tool_mask``.
 
 A team adds: `tools=` is one list for every agent, or one list per agent; an environment's methods
-(`rollout.worlds`) are added per agent, bound to the world of the joint action the completion belongs to.
+(`environments.worlds`) are added per agent, bound to the world of the joint action the completion belongs to.
 
 The loop (`tool_loop`) takes its model work as functions, so it is tested without a model.
 """
@@ -32,9 +32,9 @@ from trl.chat_template_utils import (
     supports_tool_calling,
 )
 
+from ..environments.calls import call_tools, check_timeout
+from ..environments.faults import EnvironmentLost
 from ..generation.output import Generation
-from .calls import call_tools, check_timeout
-from .faults import EnvironmentLost
 from .tree import local_sync
 
 
@@ -141,7 +141,7 @@ def tool_loop(
             environment records the calls made on its world).
         timeout: seconds one call may run (`MAGRPOConfig.tool_call_timeout`; None: no limit).
         lost: ``lost(completion, call, error)``: the exception to raise for a call's `error` (an environment's world
-            that is gone, `rollout.faults`), or None for TRL's rule. After such a call this process makes no other
+            that is gone, `environments.faults`), or None for TRL's rule. After such a call this process makes no other
             call; it still joins the round's generation (with nothing to continue) and reports the error through
             `any_left`, so that every process stops at the same point.
     """
@@ -193,7 +193,7 @@ class ToolCalling:
 
     Args:
         tools: `tools=` as given (one list for every agent, or one per agent), or None.
-        worlds: the team's environments (`rollout.worlds.Worlds`), or None.
+        worlds: the team's environments (`environments.worlds.Worlds`), or None.
         tokenizers: one per agent; prepared for tool calling in place (`prepare_tokenizer`).
         max_iterations: `max_tool_calling_iterations` (None: no limit).
         max_completion_length: the budget of a completion, tool results included (as in TRL).

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..credit.returns import continued, joint_choices
 from ..generation.output import Generation
-from .credit import continued, joint_choices
 
 
 @dataclass

@@ -67,7 +67,10 @@ def tree_rows(
     with `advantages` of shape ``(nodes, agents, K)``. With `eos_token_ids` (TRL's `mask_truncated_completions`), a
     completion that does not end with one of them has its mask zeroed. With `sampling_logps`, the sampler's per-token
     log-probs in the tree (vLLM's) are added as ``sampling_per_token_logps``, for the importance-sampling correction.
-    When the agents called tools, TRL's ``tool_mask`` (0 on tool results) comes along, padded with 1 as TRL pads it."""
+    When the agents called tools, TRL's ``tool_mask`` (0 on tool results) comes along, padded with 1 as TRL pads it.
+
+    The tree comes in as data: only its `nodes` (each one's prompt and completion ids, sampler log-probs and tool masks)
+    are read. `update` sits below `rollout`, so it imports nothing of it."""
     k = advantages.size(-1)
     prompt_ids = [node.prompt_ids[agent] for node in tree.nodes for _ in range(k)]
     completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[agent]]

@@ -9,9 +9,9 @@ functions receive ``environments=``.
 What a team adds:
 
 * **One world per joint action, shared by its agents.** In turn 1 each joint action of a row acts on its own pooled
-  instance (`rollout.pool`: constructed once, reset often, as TRL 1.16 pools them), reset with the row; a joint
+  instance (`environments.pool`: constructed once, reset often, as TRL 1.16 pools them), reset with the row; a joint
   action's agents act on it in turn. From turn 2, joint action k of a node acts on its own fork of the world its parent
-  joint action left (`rollout.forks`: ``copy.deepcopy``, else the class's ``_fork()``, else replay of the branch's tool
+  joint action left (`environments.forks`: ``copy.deepcopy``, else the class's ``_fork()``, else replay of the branch's tool
   calls on a reset instance).
 * **Closed once.** Every instance made (pooled, copied or forked) that defines ``close()`` is closed once: copies when
   the next rollout starts, the pool at the end of training or on an error.
@@ -62,7 +62,7 @@ from typing import Any
 
 from transformers.utils import logging
 
-from .callables import _short
+from ..callables import _short
 from .calls import call_tools
 from .faults import EnvironmentLost, is_lost
 from .forks import FORK_HOOK, Journal, Round, random_state, replay, set_random_state
@@ -239,7 +239,7 @@ class Worlds:
 
     def fork(self, world: Any, turn: int) -> Any:
         """A world in `world`'s state for one joint action of `turn` (> 1): `copy.deepcopy`, else the class's
-        `_fork()`, else replay (`rollout.forks`). Which one a class uses is said once, at WARNING."""
+        `_fork()`, else replay (`environments.forks`). Which one a class uses is said once, at WARNING."""
         cls = type(world)
         _, journal = self.journals[id(world)]
         method, why = self.fork_methods.get(cls, "copy"), ""
@@ -290,7 +290,7 @@ class Worlds:
 
     def lost(self, world: Any, agent: int, call: dict, error: BaseException) -> EnvironmentLost | None:
         """For the tool loop: the error that ends the rollout when agent `agent`'s `call` of `world`'s own method
-        raised one meaning that the world is gone (`rollout.faults`); None otherwise (TRL's rule: the agent reads
+        raised one meaning that the world is gone (`environments.faults`); None otherwise (TRL's rule: the agent reads
         the error)."""
         if _call_name(call) not in self.agent_names[type(world)][agent]:
             return None  # a plain tool of `tools=`: TRL's rule, whatever it raised
@@ -342,7 +342,7 @@ _FORK_SAID = {
 
 
 _LOST = (
-    "Its server died or stopped answering (`trl_multiagent.rollout.faults`), and the world's state with it, so the "
+    "Its server died or stopped answering (`trl_multiagent.environments.faults`), and the world's state with it, so the "
     "rollout stops here on every process, before this step's update: the checkpoints saved so far are whole. Restart "
     "the server and resume from the last checkpoint (`resume_from_checkpoint`)."
 )

@@ -9,7 +9,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from .callables import _short
+from ..callables import _short
 
 
 def check_agent_rewards(name: str, values: Any, count: int, num_agents: int, turn: int) -> list[list[float | None]]:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import torch
 from transformers.utils import logging
 
-from .callables import _parameters
-from .reward_wrappers import stated_convention
+from ..callables import _parameters
+from .wrappers import stated_convention
 
 
 logger = logging.get_logger(__name__)

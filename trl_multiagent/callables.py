@@ -86,7 +86,7 @@ class Transition:
     """The user's external transition, called once per branch that goes on to the next turn."""
 
     REQUIRED = ("prompt", "agent_completions", "num_agents")
-    # `environments` only with an environment factory: the branch's world, once per agent (`rollout.worlds`)
+    # `environments` only with an environment factory: the branch's world, once per agent (`environments.worlds`)
     HISTORY = ("prompt_history_per_agent", "response_history_per_agent", "turn", "reward", "environments")
 
     def __init__(self, func: Callable, num_agents: int, conversational: bool, columns: Sequence[str] = ()):

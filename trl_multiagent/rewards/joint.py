@@ -44,12 +44,12 @@ import torch
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
-from .callables import _pick_keywords, _run, _unknown_parameters, callable_name
+from ..callables import _pick_keywords, _run, _unknown_parameters, callable_name
 from .log_extra import bound_log_extra
-from .reward_models import reward_name, score_with_model
-from .reward_signatures import PER_AGENT_NAMES, completion_slots, is_per_agent, say_inferred
-from .reward_values import check_agent_rewards, check_rewards
-from .reward_wrappers import stated_convention
+from .models import reward_name, score_with_model
+from .signatures import PER_AGENT_NAMES, completion_slots, is_per_agent, say_inferred
+from .values import check_agent_rewards, check_rewards
+from .wrappers import stated_convention
 
 
 logger = logging.get_logger(__name__)
@@ -83,7 +83,7 @@ REWARD_KEYWORDS = {
         True,
     ),
     "environments": RewardKeyword(
-        "with `environment_factory`, each joint action's world (`rollout.worlds`)", True, True
+        "with `environment_factory`, each joint action's world (`environments.worlds`)", True, True
     ),
 }
 

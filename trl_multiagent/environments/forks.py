@@ -1,7 +1,7 @@
 """How a branch of the rollout tree gets its own world after turn 1, and what a world's state came from.
 
 Joint action k of a node in turn t > 1 acts on its own fork of the world its parent joint action left. Three ways to
-fork, tried in this order for each environment class (`rollout.worlds.Worlds.fork` says once, at WARNING, which one a
+fork, tried in this order for each environment class (`environments.worlds.Worlds.fork` says once, at WARNING, which one a
 class uses):
 
 1. ``copy.deepcopy(world)`` (which calls the class's ``__deepcopy__(self, memo)`` when it defines one): costs one copy
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .callables import _short
+from ..callables import _short
 
 
 FORK_HOOK = "_fork"

@@ -1,7 +1,7 @@
 """The credit options of `MAGRPOConfig` as strategies, one registry per field: each joint mode, baseline, scaling and
 branching rule is one small object holding its rule, what it does and the paper it comes from.
 
-`rollout.credit` looks the strategies up, `MAGRPOConfig` validates a choice by asking here (`check`,
+`credit.returns` looks the strategies up, `MAGRPOConfig` validates a choice by asking here (`check`,
 `check_branching`), and CoMLRL's `advantage_mode` names are read from the baselines (`Baseline.comlrl`), so a new
 option is one entry in one of these dicts.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from trl.data_utils import apply_chat_template
 
-from .callables import callable_name
+from ..callables import callable_name
 
 
 def reward_name(func) -> str:

@@ -3,7 +3,7 @@
 `assign(tree, args)` is the one entry point: a grown `RolloutTree` and the config's credit fields in, every joint
 action's return and every completion's credited return and advantage out. The rest are plain functions over lists and
 tensors, so each can be checked by hand without a model. The options (joint mode, baseline, scaling, branching) are
-strategies looked up in `rollout.credit_options`.
+strategies looked up in `credit.options`.
 
 Vocabulary (see `rollout.RolloutTree`):
 
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from .credit_options import check, check_branching
+from .options import check, check_branching
 
 
 def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> list[tuple[int, ...]]:
@@ -236,7 +236,10 @@ class Credit(NamedTuple):
 def assign(tree, args) -> Credit:
     """Returns and advantages of a grown rollout tree (`rollout.RolloutTree`), with the config's `discount`,
     `team_reward_weight`, `advantage_scale` (`scale_rewards`, or "none" under `normalize_then_sum`) and
-    `advantage_baseline`: `tree_returns`, then `agent_tree_returns`, `credited_returns` and `team_advantages`."""
+    `advantage_baseline`: `tree_returns`, then `agent_tree_returns`, `credited_returns` and `team_advantages`.
+
+    The tree comes in as data (its `nodes`, `joint_actions`, `children()` and `pruned()`): credit sits below the
+    rollout, so it imports nothing of it."""
     credited = credited_returns(tree, agent_tree_returns(tree, args.discount, args.team_reward_weight))
     advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)
     return Credit(tree_returns(tree, args.discount), credited, advantages)

@@ -1,5 +1,5 @@
 """The wrappers that state a reward function's convention: `joint`, `per_agent`, `per_joint_action` and `each_agent`
-(what each convention is called with: `rollout.rewards`). A wrapped function keeps its name and signature, and is
+(what each convention is called with: `rewards.joint`). A wrapped function keeps its name and signature, and is
 sync or async as it was; `stated_convention` reads what a wrapper states.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from .callables import _short, callable_name
+from ..callables import _short, callable_name
 
 
 _CONVENTION = "__trl_multiagent_convention__"  # the attribute a wrapper sets (`stated_convention` reads it)
@@ -27,7 +27,7 @@ def joint(func: Callable) -> Callable:
     >>> @joint
     ... def same_length(completions_0, completions_1):
     ...     return [float(len(a) == len(b)) for a, b in zip(completions_0, completions_1)]
-    >>> from trl_multiagent.rollout.rewards import JointReward
+    >>> from trl_multiagent.rewards.joint import JointReward
     >>> total, _, _ = JointReward([same_length], None, num_agents=2)([["ab", "c"], ["xy", "zz"]], 1, {})
     >>> total
     [1.0, 0.0]
@@ -44,7 +44,7 @@ def per_agent(func: Callable) -> Callable:
     >>> @per_agent
     ... def length(completions):
     ...     return [float(len(c)) for c in completions]
-    >>> from trl_multiagent.rollout.rewards import JointReward
+    >>> from trl_multiagent.rewards.joint import JointReward
     >>> total, _, by_agent = JointReward([length], None, num_agents=2)([["ab", "c"], ["wxyz", "z"]], 1, {})
     >>> total, by_agent[0]
     ([3.0, 1.0], [[2.0, 1.0], [4.0, 1.0]])
@@ -60,7 +60,7 @@ def per_joint_action(func: Callable) -> Callable:
     >>> @per_joint_action
     ... def agree(completions_0, completions_1):
     ...     return 1.0 if completions_0[0] == completions_1[0] else 0.0
-    >>> from trl_multiagent.rollout.rewards import JointReward
+    >>> from trl_multiagent.rewards.joint import JointReward
     >>> total, _, _ = JointReward([agree], None, num_agents=2)([["a", "b"], ["a", "c"]], 1, {})
     >>> total
     [1.0, 0.0]
@@ -72,12 +72,12 @@ def each_agent(func: Callable) -> Callable:
     """State that the joint function `func` returns, per joint action, one value per agent (agent i's own reward)
     instead of one team value. The team's value is their aggregate (`MAGRPOConfig.agent_reward_aggregation`), and
     `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value into what it learns from. An environment's
-    ``get_reward()`` is read this way when its class sets ``per_agent_reward = True`` (`rollout.worlds`).
+    ``get_reward()`` is read this way when its class sets ``per_agent_reward = True`` (`environments.worlds`).
 
     >>> @each_agent
     ... def referee(completions_0, completions_1):
     ...     return [[float(len(a)), float(len(b))] for a, b in zip(completions_0, completions_1)]
-    >>> from trl_multiagent.rollout.rewards import JointReward
+    >>> from trl_multiagent.rewards.joint import JointReward
     >>> reward = JointReward([referee], None, num_agents=2)
     >>> total, per_func, by_agent = reward([["ab"], ["wxyz"]], 1, {})
     >>> total, reward.own_rewards(per_func, by_agent, 1)

@@ -1,7 +1,7 @@
 """One completion's tool calls, run as TRL runs them: sync tools in call order, async ones together on one event
 loop; a tool that raises, or an unknown tool, gives ``{"error": ...}`` as its result and counts as a failure.
 
-Used by the tool loop (`rollout.tools`) and by replay (`rollout.forks`), which runs a branch's recorded calls again
+Used by the tool loop (`rollout.tools`) and by replay (`environments.forks`), which runs a branch's recorded calls again
 the same way.
 """
 
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .callables import _run
+from ..callables import _run
 from .faults import ToolCallTimeout
 
 
@@ -29,7 +29,7 @@ def call_tools(
     (`MAGRPOConfig.tool_call_timeout`), a call still running after that many seconds fails: an async one is cancelled,
     a sync one (run on a worker thread, the only way to stop waiting for it) runs on, unwaited. `lost(call, error)`,
     given, sees each exception first: an exception it returns is raised instead of being given to the agent (an
-    environment's world that is gone, `rollout.faults`).
+    environment's world that is gone, `environments.faults`).
 
     >>> def add(a: int, b: int) -> int:
     ...     return a + b
@@ -116,7 +116,7 @@ async def _together(calls: list[tuple[str, Any]], timeout: float | None) -> list
         if timeout is None:
             return await awaitable
         # `asyncio.wait`, not `wait_for`: a TimeoutError the tool raises itself (its client's own limit, a lost world:
-        # `rollout.faults`) stays the tool's, and only the trainer's limit gives `ToolCallTimeout`.
+        # `environments.faults`) stays the tool's, and only the trainer's limit gives `ToolCallTimeout`.
         task = asyncio.ensure_future(awaitable)
         done, _ = await asyncio.wait({task}, timeout=timeout)
         if not done:

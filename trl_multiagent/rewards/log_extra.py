@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .callables import _short
+from ..callables import _short
 
 
 # The completions table's own columns (TRL's `log` and `metrics.completion_logs`): `log_extra` may not replace one.
