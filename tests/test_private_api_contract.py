@@ -703,9 +703,7 @@ def test_tied_weights_left_out_of_the_file_are_listed(tmp_path):
     assert missing and set(missing) <= tied, (missing, tied)
 
 
-@contract(
-    "transformers", "PretrainedConfig._name_or_path", used_in="team/assembly.py, rewards/models.py, compat/"
-)
+@contract("transformers", "PretrainedConfig._name_or_path", used_in="team/assembly.py, rewards/models.py, compat/")
 def test_config_name_or_path_is_where_the_model_came_from(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
