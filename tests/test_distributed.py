@@ -211,6 +211,7 @@ def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
         assert min(others) > 0
 
 
+@pytest.mark.slow
 def test_one_agent_is_the_wrapped_model_under_ddp_and_zero3(tmp_path):
     """A team of one: the Trainer's model is the agent itself (GRPOTrainer's layout), so DDP and the ZeRO-3 engine wrap
     the agent, not the team. Both ranks train it identically and it moves; ZeRO-3 reaches DDP's weights, and its saved
