@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_multiagent import credit
+from trl_multiagent.credit import returns as credit
 from trl_multiagent.credit.returns import completion_returns, group_advantages, joint_choices, joint_returns
 from trl_multiagent.rollout import Generation, run_rollout
 

@@ -10,15 +10,18 @@ from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, credit, per_agent
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, per_agent
 from trl_multiagent.compat import comlrl
 from trl_multiagent.credit import options as credit_options
 from trl_multiagent.credit.returns import (
+    agent_tree_returns,
     continued,
+    credited_returns,
     group_advantages,
     joint_returns,
     mixed_rewards,
     team_advantages,
+    tree_returns,
 )
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 from trl_multiagent.rollout import Generation, run_rollout
@@ -71,12 +74,12 @@ def test_best_only_three_turns_by_hand():
     assert [a.child is not None for a in tree.joint_actions[:3]] == [False, True, False]
     assert [a.pruned for a in tree.joint_actions[:6]] == [True, False, True, False, True, True]
     assert not any(a.pruned for a in tree.joint_actions[6:])  # the last turn ends every branch: none is pruned
-    returns = credit.tree_returns(tree, discount=0.5)
+    returns = tree_returns(tree, discount=0.5)
     turn2_future = (1.15 + 0.15 + 0.55) / 3
     expected = [0.2 + 0.5 * turn2_future, 0.9 + 0.5 * turn2_future, 0.5 + 0.5 * turn2_future, 1.15, 0.15, 0.55]
     assert returns == pytest.approx(expected + [0.3, 0.6, 0.0])
     # Siblings differ by their own reward only: the group advantages (scale none) are the centred rewards.
-    credited = credit.credited_returns(tree, [returns, returns])
+    credited = credited_returns(tree, [returns, returns])
     for node, turn in zip(range(3), (1, 2, 3), strict=True):
         centred = torch.tensor(rewards[turn]) - sum(rewards[turn]) / 3
         torch.testing.assert_close(group_advantages(credited[node], "none")[0], centred, rtol=0, atol=1e-6)
@@ -89,7 +92,7 @@ def test_top_two_expands_the_two_best_and_ties_go_to_the_earlier():
     assert [a.child is not None for a in turn1] == [True, True, False, False]  # 0.9, then the first 0.5
     assert continued([0.5, 0.9, 0.5, 0.1], "top", 2) == [0, 1]
     # Pruned joint answers 2 and 3 get the mean future of 0 and 1 (each: mean of [0, 1, 0, 0] = 0.25)
-    returns = credit.tree_returns(tree, discount=1.0)
+    returns = tree_returns(tree, discount=1.0)
     assert returns[:4] == pytest.approx([0.75, 1.15, 0.75, 0.35])
 
 
@@ -101,7 +104,7 @@ def test_branching_all_is_unchanged_and_ended_nodes_are_not_pruned():
     # Early termination ends the node: nothing continues and nothing is pruned (the return is the reward alone).
     ended = grow([{"prompt": "p"}], k=2, turns=2, reward=by_index(rewards), branching="best", threshold=0.1)
     assert len(ended.nodes) == 1 and not any(a.pruned for a in ended.joint_actions)
-    assert credit.tree_returns(ended, 1.0) == pytest.approx([0.2, 0.9])
+    assert tree_returns(ended, 1.0) == pytest.approx([0.2, 0.9])
 
 
 def test_pruned_return_needs_a_continued_sibling():
@@ -160,9 +163,7 @@ def test_random_branching_trees(num_agents, k, turns, branching, top_m, discount
             return action.reward + discount * sum(future(s) for s in siblings) / len(siblings)
         return action.reward
 
-    assert credit.tree_returns(tree, discount) == pytest.approx(
-        [brute(a) for a in range(len(tree.joint_actions))], abs=1e-9
-    )
+    assert tree_returns(tree, discount) == pytest.approx([brute(a) for a in range(len(tree.joint_actions))], abs=1e-9)
 
 
 # ---------------------------------------------------------------------- per-agent scaling and the reward mix
@@ -195,11 +196,11 @@ def test_mixed_rewards_reach_each_agents_returns():
         [{"prompt": "p"}], k=2, turns=2, reward=by_index(rewards), branching="best",
         own=lambda turn, tree, a: own[turn][tree.joint_actions[a].choice[0]],
     )  # fmt: skip
-    per_agent = credit.agent_tree_returns(tree, discount=1.0, team_weight=0.5)
+    per_agent = agent_tree_returns(tree, discount=1.0, team_weight=0.5)
     assert per_agent[0][:2] == pytest.approx([0.5, 2.0])  # turn 2 adds 0 to both
     assert per_agent[1][:2] == pytest.approx([1.5, 0.0])
-    assert credit.agent_tree_returns(tree, 1.0, team_weight=1.0) == [credit.tree_returns(tree, 1.0)] * 2
-    credited = credit.credited_returns(tree, per_agent)
+    assert agent_tree_returns(tree, 1.0, team_weight=1.0) == [tree_returns(tree, 1.0)] * 2
+    credited = credited_returns(tree, per_agent)
     # agent 0 prefers joint answer 1, agent 1 joint answer 0
     torch.testing.assert_close(credited[0], torch.tensor([[0.5, 2.0], [1.5, 0.0]]))
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trl_multiagent import credit
+from trl_multiagent.credit import returns as credit
 from trl_multiagent.credit.returns import group_advantages
 from trl_multiagent.rollout import Generation, run_rollout
 
