@@ -96,7 +96,7 @@ def test_reference_equals_grpo(tmp_path, tokenizer, tiny_model_dir, sync_ref_mod
     second = [ours.state.log_history[1], stock.state.log_history[1]]
     assert second[0]["kl"] == pytest.approx(second[1]["kl"], rel=1e-4) and second[1]["kl"] > 0
     assert second[0]["loss"] == pytest.approx(second[1]["loss"], abs=1e-7)
-    assert ours.ref_model is ours.ref_team  # GRPOTrainer's name for it
+    assert ours.ref_model is ours.ref_team.agent(0)  # GRPOTrainer's name for it: a team of one's is the agent's copy
     stock_reference = stock.accelerator.unwrap_model(stock.ref_model).state_dict()
     ours_reference = ours.ref_team.agent(0).state_dict()
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()

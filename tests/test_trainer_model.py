@@ -87,6 +87,20 @@ def test_one_lora_agent_trains_its_adapter_under_grpotrainers_parameter_names(tm
             assert not torch.allclose(p, trainer.model.get_parameter(name)), name
 
 
+def test_one_agents_ref_model_is_its_frozen_copy_under_the_same_names(tmp_path, tokenizer):
+    """As GRPOTrainer's `ref_model` (TRL's sync_ref_model test reads its parameters by the policy's names)."""
+    trainer = MAGRPOTrainer(
+        agents=[make_model(tokenizer)], tokenizer=tokenizer, reward_funcs=lengths,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path, beta=0.1),
+    )  # fmt: skip
+    assert trainer.ref_model is not trainer.model and type(trainer.ref_model) is type(trainer.model)
+    names = [name for name, _ in trainer.model.named_parameters()]
+    assert [name for name, _ in trainer.ref_model.named_parameters()] == names
+    for name in names:
+        assert torch.equal(trainer.ref_model.get_parameter(name), trainer.model.get_parameter(name)), name
+        assert not trainer.ref_model.get_parameter(name).requires_grad
+
+
 def test_a_teams_trainer_model_is_the_team(tmp_path, tokenizer):
     agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
     trainer = MAGRPOTrainer(

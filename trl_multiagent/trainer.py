@@ -164,7 +164,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         self.ref_team, reference_sync = build_reference(self.accelerator, self.team, args, self.temperature)
-        self.ref_model = self.ref_team  # GRPOTrainer's name (None for adapters, as GRPOTrainer's with PEFT)
+        # GRPOTrainer's `ref_model` (None for adapters, as GRPOTrainer's with PEFT): a team of one's is the agent's copy
+        self.ref_model = None if self.ref_team is None else self.accelerator.unwrap_model(self.ref_team).trainer_model
         self.tools = self.tool_calling.all_tools() if self.tool_calling else []  # GRPOTrainer's: every agent's
         if reference_sync is not None:  # sync_ref_model: each agent's reference (a copy, or an adapter) follows it
             self.add_callback(reference_sync)
