@@ -353,7 +353,7 @@ def test_comlrl_names_set_after_construction_take_effect_or_raise_by_name(tmp_pa
     config.rollout_buffer_size = 4
     with pytest.raises(ValueError, match=r"\['rollout_buffer_size'\] \(CoMLRL\) set after the config was built"):
         MAGRPOTrainer(**common, args=config)
-    with pytest.raises(AttributeError, match="train_batch_size \(CoMLRL\) is given to the constructor"):
+    with pytest.raises(AttributeError, match=r"train_batch_size \(CoMLRL\) is given to the constructor"):
         config.train_batch_size = 4
 
 

@@ -89,7 +89,9 @@ class MAGRPOConfig(TRLFaceConfig):
     # CoMLRL's own names
     agent_learning_rate: float = field(default=5e-6, metadata={"help": "Each agent's learning rate (learning_rate)."})
     parallel_training: str | None = field(default="none", metadata={"help": "'none' or 'mp' (devices: see docs)."})
-    agent_devices: list[str] | None = field(default=None, metadata={"help": "This process's device (or a list, or 'auto')."})
+    agent_devices: list[str] | None = field(
+        default=None, metadata={"help": "This process's device (or a list, or 'auto')."}
+    )
     external_prompt_passthrough: bool = field(
         default=False, metadata={"help": "Give later turns the transition's prompts unformatted."}
     )
