@@ -2,7 +2,6 @@
 place what differs from GRPOTrainer; the CoMLRL face's names every method of the TRL face it overrides. (Its length is
 no measure: issue 48 lifted the 400-line cap.)"""
 
-
 from trl import GRPOTrainer
 
 from trl_multiagent import MAGRPOTrainer
