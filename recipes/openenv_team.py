@@ -236,7 +236,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
             HanabiTable.url, factory = server.url, HanabiTable
         trainer = MAGRPOTrainer(
             **team_from_model_config(model_args, 2, training_args),
-            tokenizer=tool_tokenizer(model_args, training_args),
+            processing_class=tool_tokenizer(model_args, training_args),
             reward_funcs=[reward_func, tool_use],
             environment_factory=factory,
             formatters=[first_player_prompt, second_player_prompt],

@@ -179,7 +179,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
             model_args.model_name_or_path = prepare_default_model()
     trainer = MAGRPOTrainer(
         **team_from_model_config(model_args, 2, training_args),
-        tokenizer=tool_tokenizer(model_args, training_args),
+        processing_class=tool_tokenizer(model_args, training_args),
         reward_funcs=[tool_use, full_code],
         environment_factory=Notebook,
         formatters=[scout_prompt, keeper_prompt],

@@ -8,7 +8,7 @@ import pytest
 from conftest import SEED_PROMPTS, length_feedback
 from datasets import Dataset
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer
 
 
 def comlrl_config(tmp_path, **overrides):
@@ -35,7 +35,7 @@ def test_config_fields_map_to_their_equivalents(tmp_path):
     )  # fmt: skip
     assert config.external_prompt_passthrough and config.advantage_mode == "rloo" and config.advantage_normalization
     assert not config.reference_kl_enabled and config.reference_kl_coef == 0.1 and config.parallel_training == "none"
-    assert config.comlrl.eval_batch_size == 1  # CoMLRL's prompts; TrainingArguments' eval_batch_size counts rows
+    assert config.comlrl_batch_sizes["eval_batch_size"] == 1  # CoMLRL's prompts; TrainingArguments' counts rows
     # CoMLRL evaluates every 4 one-prompt steps; a step here takes 8 rows / K=2 = 4 prompts
     assert config.eval_strategy == "steps" and config.eval_steps == 1 and config.eval_on_start
     assert config.per_device_eval_batch_size == 2  # 1 prompt x K rows

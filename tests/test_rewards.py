@@ -38,7 +38,7 @@ def config(tmp_path, **overrides):
 def train(tmp_path, tokenizer, dataset, **kwargs):
     args = kwargs.pop("args", None) or config(tmp_path)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], tokenizer=tokenizer,
+        model=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], processing_class=tokenizer,
         train_dataset=dataset, args=args, **kwargs,
     )  # fmt: skip
     trainer.train()
@@ -82,8 +82,8 @@ def test_a_comlrl_reward_called_per_joint_action_gives_the_batched_rewards(tmp_p
             for a, b, r in zip(completions1, completions2, batch_items, strict=True)
         ]
 
-    per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_func=comlrl_reward)
-    batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_func=batched_reward)
+    per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_funcs=comlrl_reward)
+    batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_funcs=batched_reward)
     assert per_action.task.joint_reward.one_action_per_call == [True]
     assert batched.task.joint_reward.one_action_per_call == [False]
     # the build-time call with 2 joint actions (one call, then 2 one-action calls), then 2 prompts x K=2 per call
@@ -254,7 +254,7 @@ def test_one_value_for_two_joint_actions_is_read_per_joint_action_and_said_once(
 
     rewards_module.logger.warning_once.cache_clear()
     with caplog.at_level("WARNING"):
-        trainer, log = train(tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_func=constant)
+        trainer, log = train(tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_funcs=constant)
     said = (
         "Reward function 'constant' returned 1 value for 2 joint actions (turn 1), so it is read as CoMLRL's "
         "per-joint-action convention: it will be called once per joint action"
@@ -365,8 +365,8 @@ def test_an_off_by_one_reward_gets_one_error_that_says_so(tmp_path, tokenizer, c
     rewards_module.logger.warning_once.cache_clear()
     with caplog.at_level("WARNING"), pytest.raises(ValueError) as raised:
         MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], tokenizer=tokenizer,
-            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=config(tmp_path), reward_func=off_by_one,
+            model=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], processing_class=tokenizer,
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=config(tmp_path), reward_funcs=off_by_one,
         )  # fmt: skip
     message = str(raised.value)
     assert message.startswith(
