@@ -3,12 +3,14 @@ the TRL face's, and its calls of the user's functions (`comlrl.rewards`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from datasets import Dataset
 from transformers.utils import logging
 
+from ..arguments.datasets import check_dataset_fills_a_step
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
     Evaluation,
@@ -17,7 +19,7 @@ from .arguments import (
     model_config_keywords,
     wandb_reporting,
 )
-from .config import MAGRPOConfig, check_late_changes, say_early_termination
+from .config import MAGRPOConfig, check_late_changes, fit_to_prompts, say_early_termination
 from .rewards import comlrl_reward, comlrl_transition
 
 
@@ -86,10 +88,17 @@ class MAGRPOTrainer(TRLFaceTrainer):
             if wandb_config:
                 sections = {**(wandb_config.get("config_sections") or {}), "dataset_type": dataset_type}
                 wandb_config = {**wandb_config, "config_sections": sections}
+        self._env_steps, self._reward_calls = 0, [0]  # `env_step`, and the reward's completed calls
         callbacks = list(trl_arguments.pop("callbacks", None) or [])
         if wandb_config:
             callbacks += wandb_reporting(wandb_config, args)
         train_dataset, eval_dataset = _dataset(train_dataset), _dataset(eval_dataset)
+        self._placeholder = None
+        if train_dataset is None:  # CoMLRL needs it only to train; GRPOTrainer needs rows to be built
+            train_dataset = self._placeholder = _placeholder_rows(args)
+            args.check_functions_before_training = False  # no row of the user's to check them with
+        elif isinstance(train_dataset, Dataset):
+            fit_to_prompts(args, len(train_dataset))
         if eval_dataset is not None and args.eval_num_samples < len(eval_dataset):
             eval_dataset = eval_dataset.select(range(max(args.eval_num_samples, 1)))  # CoMLRL evaluates one at 0
         if eval_dataset is None:  # CoMLRL evaluates only with an eval_dataset
@@ -100,7 +109,7 @@ class MAGRPOTrainer(TRLFaceTrainer):
             transition = comlrl_transition(external_transition, formatter_list, args.external_prompt_passthrough)
         super().__init__(
             model=model,
-            reward_funcs=comlrl_reward(reward_func, count, reward_processor),
+            reward_funcs=comlrl_reward(_counted(reward_func, self._reward_calls), count, reward_processor),
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
@@ -111,6 +120,89 @@ class MAGRPOTrainer(TRLFaceTrainer):
             formatters=formatter_list,
             **trl_arguments,
         )
+        # CoMLRL's public attributes that hold what was given (the others are properties, below)
+        self.model_config = dict(model_config or {})
+        self.wandb_config = wandb_config
+        self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
+        self._given = {
+            "reward_func": reward_func,
+            "reward_processor": reward_processor if reward_processor is not None else _identity,
+            "formatters": formatter_list,
+            "external_transition": external_transition,
+            "model_name": agent_model if isinstance(agent_model, str) else _model_name(self.agents[0]),
+        }
+
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        """The Trainer's `train`, with CoMLRL's rule for the dataset: `train_dataset` is needed here, not when the
+        trainer is built; one set as `trainer.train_dataset = ...` after building (any sequence of rows) is used."""
+        if self.train_dataset is self._placeholder:
+            raise ValueError(
+                "MAGRPOTrainer.train: no train_dataset. Pass train_dataset= to MAGRPOTrainer(...), or set "
+                "trainer.train_dataset = ... (a Dataset or a list of dicts) before train()."
+            )
+        if not hasattr(self.train_dataset, "column_names"):
+            self.train_dataset = _dataset(self.train_dataset)
+        check_dataset_fills_a_step(self.train_dataset, self.args)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
+    # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
+    @property
+    def agents(self) -> list:
+        """Each agent's model, in order (a PEFT model for an adapter agent; on a shared base, the one model)."""
+        return [self.team.agent(i) for i in range(self.team.num_agents)]
+
+    @property
+    def tokenizer(self):
+        """The first agent's tokenizer (`tokenizers` has one per agent)."""
+        return self.tokenizers[0]
+
+    @property
+    def optimizers(self) -> list:
+        """The optimizer, once `train()` has made it: one for the team (the Trainer's), with each agent's parameters
+        in it; CoMLRL keeps one per agent. Empty before training."""
+        return [self.optimizer] if self.optimizer is not None else []
+
+    @property
+    def reference_models(self) -> list:
+        """Each agent's frozen reference copy, with `reference_kl_enabled` (`beta > 0`); empty without it, as in
+        CoMLRL. On a shared base the references are adapters of the one model: refused, with what to read instead."""
+        if self.ref_team is not None:
+            return [self.ref_team.agent(i) for i in range(self.ref_team.num_agents)]
+        if self.beta and self.team.is_shared_base:
+            raise AttributeError(
+                "MAGRPOTrainer.reference_models: on a shared base each agent's reference is an adapter of the one "
+                "model (trainer.team, with `team.reference(i)`), not a model of its own."
+            )
+        return []
+
+    @property
+    def agent_devices(self) -> list:
+        """Each agent's device: every agent is on this process's device here (each process holds the whole team)."""
+        return [self.accelerator.device] * self.team.num_agents
+
+    @property
+    def env_step(self) -> int:
+        """Joint actions scored in training so far (CoMLRL's counter of environment steps)."""
+        return self._env_steps
+
+    reward_func = property(lambda self: self._given["reward_func"], doc="The reward function, as given.")
+    reward_processor = property(
+        lambda self: self._given["reward_processor"], doc="The reward processor, as given (identity if none)."
+    )
+    formatters = property(lambda self: self._given["formatters"], doc="One formatter per agent, or None, as given.")
+    external_transition = property(lambda self: self._given["external_transition"], doc="The transition, as given.")
+    model_name = property(
+        lambda self: self._given["model_name"], doc="`agent_model`, or the first agent's name or path."
+    )
+
+    def _generate_and_score_completions(self, inputs):
+        """The core's, counting the joint actions scored in training (`env_step`: the reward is called once per joint
+        action; evaluation's calls are not counted, as in CoMLRL)."""
+        before = self._reward_calls[0]
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self._env_steps += self._reward_calls[0] - before
+        return output
 
     def _prepare_arguments(self, args, **given):
         inputs = super()._prepare_arguments(args, **given)
@@ -126,7 +218,7 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
     """CoMLRL's team: `agents` (one per agent), or `agent_model` (an id) copied `num_agents` times; the TRL face's
     `model=` for it, and the team's size."""
     if agent_model is None and agents is None:
-        raise ValueError("MAGRPOTrainer: either agent_model or agents must be provided.")
+        raise ValueError("MAGRPOTrainer: Either agent_model or agents must be provided (CoMLRL's words).")
     if agents is not None:
         if agent_model is not None:
             check_agent_model_names(agent_model, agents)  # CoMLRL accepts both when they name the same model
@@ -137,6 +229,39 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
             f"{type(agent_model).__name__}; pass models in memory as agents=[...]."
         )
     return agent_model, num_agents
+
+
+PLACEHOLDER_PROMPT = "(no train_dataset given: MAGRPOTrainer.train() refuses to run on this row)"
+
+
+def _placeholder_rows(args) -> Dataset:
+    """One generation's worth of rows to build GRPOTrainer with when no `train_dataset` is given (CoMLRL needs one
+    only to train); `train()` refuses to run on them."""
+    return Dataset.from_dict({"prompt": [PLACEHOLDER_PROMPT] * (args.generation_batch_size // args.num_generations)})
+
+
+def _identity(reward: float) -> float:
+    return reward
+
+
+def _counted(func: Callable, calls: list[int]) -> Callable:
+    """`func`, counting its completed calls in `calls[0]` (its signature is read through `__wrapped__`)."""
+
+    @functools.wraps(func)
+    def counted(*args, **kwargs):
+        result = func(*args, **kwargs)
+        calls[0] += 1
+        return result
+
+    return counted
+
+
+def _model_name(model) -> str:
+    """CoMLRL's name for a model given in memory: its config's `_name_or_path`, else its `model_type`, else its
+    class's name (a PEFT model's base model's)."""
+    base = getattr(model, "base_model", model) if hasattr(model, "peft_config") else model
+    config = getattr(base, "config", None)
+    return getattr(config, "_name_or_path", None) or getattr(config, "model_type", None) or type(base).__name__
 
 
 def _dataset(dataset):
