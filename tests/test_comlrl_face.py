@@ -38,7 +38,7 @@ def test_built_without_train_dataset_then_refuses_to_train_until_one_is_set(tmp_
     assert trainer.state.global_step == 0
     trainer.train_dataset = [{"prompt": "count to three"}, {"prompt": "name a colour"}]  # CoMLRL: any sequence
     trainer.train()
-    assert trainer.state.global_step == 1
+    assert trainer.state.global_step == 1 and isinstance(trainer.train_dataset, Dataset)  # read as rows of a Dataset
     assert any(not torch.equal(b, p) for b, p in zip(before, trainer.agents[0].parameters(), strict=True))
 
 
@@ -130,3 +130,73 @@ def test_comlrl_public_attributes(tmp_path, tokenizer, tiny_model_dir):
     assert by_id.reference_models == []  # no KL term
     with pytest.raises(AttributeError):
         by_id.reward_func = processor  # CoMLRL's trainer would use it; here it is fixed when built: refused
+
+
+def weights(trainer) -> list[dict]:
+    return [{k: v.detach().clone() for k, v in agent.state_dict().items()} for agent in trainer.agents]
+
+
+def assert_same_weights(left, right):
+    for a, b in zip(left, right, strict=True):
+        for name in a:
+            assert torch.equal(a[name], b[name]), name
+
+
+def one_row_trainer(tmp_path, tokenizer, epochs, seed=0):
+    agents = [make_model(tokenizer, seed=seed), make_model(tokenizer, seed=seed + 1)]
+    return MAGRPOTrainer(
+        agents=agents, tokenizer=tokenizer, reward_func=joint_score, train_dataset=[{"prompt": "count to three"}],
+        args=config(tmp_path, num_train_epochs=epochs),
+    )  # fmt: skip
+
+
+def test_train_checkpoint_dir_saves_every_interval_epochs_and_the_last(tmp_path, tokenizer):
+    trainer = one_row_trainer(tmp_path, tokenizer, epochs=3)  # one step per epoch
+    trainer.train(checkpoint_dir=tmp_path / "every2", checkpoint_interval=2)
+    assert sorted(p.name for p in (tmp_path / "every2").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    assert trainer.args.output_dir == str(tmp_path / "run")  # the run's own settings come back
+    limited = one_row_trainer(tmp_path, tokenizer, epochs=3)
+    limited.train(checkpoint_dir=tmp_path / "newest", checkpoint_total_limit=1)
+    assert [p.name for p in (tmp_path / "newest").glob("checkpoint-*")] == ["checkpoint-3"]
+
+
+@pytest.mark.parametrize("interval", [0, -1, True, 1.5, "1"])
+def test_checkpoint_interval_is_a_positive_integer(tmp_path, tokenizer, interval):
+    trainer = one_row_trainer(tmp_path, tokenizer, epochs=1)
+    with pytest.raises(ValueError, match="checkpoint_interval must be a positive integer"):
+        trainer.train(checkpoint_dir=tmp_path / "c", checkpoint_interval=interval)
+    with pytest.raises(ValueError, match="checkpoint_total_limit must be a positive integer or None"):
+        trainer.train(checkpoint_dir=tmp_path / "c", checkpoint_total_limit=0)
+    assert trainer.state.global_step == 0
+
+
+def test_save_checkpoint_then_load_or_resume_it(tmp_path, tokenizer):
+    continuous = one_row_trainer(tmp_path, tokenizer, epochs=2)
+    continuous.train()
+    first = one_row_trainer(tmp_path, tokenizer, epochs=1)
+    first.train()
+    saved = first.save_checkpoint(tmp_path / "saved")
+    assert saved == str(tmp_path / "saved") and (tmp_path / "saved" / "agent_1").is_dir()
+
+    loaded = one_row_trainer(tmp_path, tokenizer, epochs=2, seed=7)  # other weights
+    assert loaded.load_checkpoint(saved) == {"epoch": 1.0, "global_step": 1}
+    assert_same_weights(weights(loaded), weights(first))
+
+    resumed = one_row_trainer(tmp_path, tokenizer, epochs=2, seed=7)
+    resumed.train(resume_from_checkpoint=saved)
+    assert resumed.state.global_step == 2
+    assert_same_weights(weights(resumed), weights(continuous))  # optimizer, scheduler and RNG came back too
+
+    (tmp_path / "not_a_checkpoint").mkdir()
+    with pytest.raises(FileExistsError, match="not a checkpoint"):
+        first.save_checkpoint(tmp_path / "not_a_checkpoint")
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        loaded.load_checkpoint(tmp_path / "not_a_checkpoint")
+
+
+def test_save_checkpoint_before_training_holds_the_weights(tmp_path, tokenizer):
+    untrained = one_row_trainer(tmp_path, tokenizer, epochs=1, seed=3)
+    saved = untrained.save_checkpoint(tmp_path / "pristine")
+    other = one_row_trainer(tmp_path, tokenizer, epochs=1)
+    assert other.load_checkpoint(saved)["global_step"] == 0
+    assert_same_weights(weights(other), weights(untrained))

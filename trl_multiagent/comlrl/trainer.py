@@ -4,13 +4,21 @@ the TRL face's, and its calls of the user's functions (`comlrl.rewards`)."""
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from transformers import TrainerCallback, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy
 from transformers.utils import logging
 
 from ..arguments.datasets import check_dataset_fills_a_step
+from ..checkpoint import COMPLETE_MARKER, is_complete
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
     Evaluation,
@@ -24,6 +32,20 @@ from .rewards import comlrl_reward, comlrl_transition
 
 
 logger = logging.get_logger(__name__)
+
+
+class FixedWhenBuilt(property):
+    """A CoMLRL attribute read from what the trainer was built with. CoMLRL's trainer would use a new value; here
+    setting it would have no effect, so it is refused, naming it."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __set__(self, trainer, value):
+        raise AttributeError(
+            f"MAGRPOTrainer.{self.name} is fixed when the trainer is built (setting it would have no effect here); "
+            "pass it to MAGRPOTrainer(...) instead."
+        )
 
 
 class MAGRPOTrainer(TRLFaceTrainer):
@@ -132,9 +154,42 @@ class MAGRPOTrainer(TRLFaceTrainer):
             "model_name": agent_model if isinstance(agent_model, str) else _model_name(self.agents[0]),
         }
 
-    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
-        """The Trainer's `train`, with CoMLRL's rule for the dataset: `train_dataset` is needed here, not when the
-        trainer is built; one set as `trainer.train_dataset = ...` after building (any sequence of rows) is used."""
+    def train(
+        self,
+        resume_from_checkpoint=None,
+        checkpoint_dir=None,
+        checkpoint_interval=1,
+        checkpoint_total_limit=None,
+        trial=None,
+        **kwargs,
+    ):
+        """The Trainer's `train` with CoMLRL's arguments and its rule for the dataset.
+
+        - `train_dataset` is needed here, not when the trainer is built; one set as `trainer.train_dataset = ...`
+          after building (any sequence of rows) is used;
+        - `checkpoint_dir`: a checkpoint after every `checkpoint_interval` epochs and after the last one, in
+          `checkpoint_dir/checkpoint-{step}` (the Trainer's checkpoints: each agent's `agent_{i}/`, the optimizer, the
+          scheduler, the RNG states and the step), keeping the newest `checkpoint_total_limit`;
+        - `resume_from_checkpoint`: a checkpoint folder (or True: the newest complete one in `output_dir`), resumed at
+          its step, as the Trainer resumes.
+        """
+        if (
+            isinstance(checkpoint_interval, bool)
+            or not isinstance(checkpoint_interval, int)
+            or checkpoint_interval < 1
+        ):
+            raise ValueError(
+                f"MAGRPOTrainer.train: checkpoint_interval must be a positive integer, got {checkpoint_interval!r}."
+            )
+        if checkpoint_total_limit is not None and (
+            isinstance(checkpoint_total_limit, bool)
+            or not isinstance(checkpoint_total_limit, int)
+            or checkpoint_total_limit < 1
+        ):
+            raise ValueError(
+                "MAGRPOTrainer.train: checkpoint_total_limit must be a positive integer or None, got "
+                f"{checkpoint_total_limit!r}."
+            )
         if self.train_dataset is self._placeholder:
             raise ValueError(
                 "MAGRPOTrainer.train: no train_dataset. Pass train_dataset= to MAGRPOTrainer(...), or set "
@@ -143,26 +198,82 @@ class MAGRPOTrainer(TRLFaceTrainer):
         if not hasattr(self.train_dataset, "column_names"):
             self.train_dataset = _dataset(self.train_dataset)
         check_dataset_fills_a_step(self.train_dataset, self.args)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        if checkpoint_dir is None:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        saved = {name: getattr(self.args, name) for name in ("output_dir", "save_strategy", "save_total_limit")}
+        every = EveryNthEpoch(checkpoint_interval)
+        self.args.output_dir = str(checkpoint_dir)
+        self.args.save_strategy, self.args.save_total_limit = SaveStrategy.EPOCH, checkpoint_total_limit
+        self.add_callback(every)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        finally:
+            self.remove_callback(every)
+            for name, value in saved.items():
+                setattr(self.args, name, value)
+
+    def save_checkpoint(self, output_dir) -> str:
+        """CoMLRL's `save_checkpoint`: the trainer's state now, as a checkpoint `train(resume_from_checkpoint=...)`
+        resumes from and `load_checkpoint` reads: each agent's `agent_{i}/`, the step and, once `train()` has made
+        them, the optimizer, the scheduler and the RNG states (the Trainer's checkpoint files). A folder there that
+        is not a checkpoint is not replaced. Returns the folder."""
+        target = Path(output_dir).expanduser().absolute()
+        if target.is_symlink() or (target.exists() and not is_complete(str(target))):
+            raise FileExistsError(f"MAGRPOTrainer.save_checkpoint: refusing to replace {target}: not a checkpoint.")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        saved = self.args.output_dir, self.args.save_only_model, self.args.save_total_limit
+        # before `train()` there is no optimizer, scheduler or RNG state to save: the weights and the step only
+        self.args.output_dir, self.args.save_only_model = str(staging), saved[1] or self.optimizer is None
+        self.args.save_total_limit = None
+        try:
+            self._save_checkpoint(self.model, trial=None)
+            written = staging / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(written, target)
+        finally:
+            self.args.output_dir, self.args.save_only_model, self.args.save_total_limit = saved
+            shutil.rmtree(staging, ignore_errors=True)
+        return str(target)
+
+    def load_checkpoint(self, checkpoint) -> dict:
+        """CoMLRL's `load_checkpoint`: each agent's weights from a checkpoint (of `save_checkpoint` or of training)
+        into this trainer, now. The optimizer, the scheduler, the RNG states and the step are the Trainer's to restore
+        when training starts: `train(resume_from_checkpoint=checkpoint)` does (a plain `train()` starts at step 0 with
+        these weights and a new optimizer). Returns where the checkpoint was: `{"epoch", "global_step"}`."""
+        folder = Path(checkpoint).expanduser()
+        if not is_complete(str(folder)):
+            raise FileNotFoundError(
+                f"MAGRPOTrainer.load_checkpoint: {folder} is not a complete checkpoint (no {COMPLETE_MARKER})."
+            )
+        self._load_from_checkpoint(str(folder))
+        state = TrainerState.load_from_json(str(folder / TRAINER_STATE_NAME))
+        logger.warning(
+            f"MAGRPOTrainer.load_checkpoint: the agents' weights of {folder} are loaded; "
+            f"train(resume_from_checkpoint={str(folder)!r}) also restores its optimizer, scheduler, RNG states and step "
+            f"({state.global_step})."
+        )
+        return {"epoch": state.epoch, "global_step": state.global_step}
 
     # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
-    @property
+    @FixedWhenBuilt
     def agents(self) -> list:
         """Each agent's model, in order (a PEFT model for an adapter agent; on a shared base, the one model)."""
         return [self.team.agent(i) for i in range(self.team.num_agents)]
 
-    @property
+    @FixedWhenBuilt
     def tokenizer(self):
         """The first agent's tokenizer (`tokenizers` has one per agent)."""
         return self.tokenizers[0]
 
-    @property
+    @FixedWhenBuilt
     def optimizers(self) -> list:
         """The optimizer, once `train()` has made it: one for the team (the Trainer's), with each agent's parameters
         in it; CoMLRL keeps one per agent. Empty before training."""
         return [self.optimizer] if self.optimizer is not None else []
 
-    @property
+    @FixedWhenBuilt
     def reference_models(self) -> list:
         """Each agent's frozen reference copy, with `reference_kl_enabled` (`beta > 0`); empty without it, as in
         CoMLRL. On a shared base the references are adapters of the one model: refused, with what to read instead."""
@@ -175,23 +286,27 @@ class MAGRPOTrainer(TRLFaceTrainer):
             )
         return []
 
-    @property
+    @FixedWhenBuilt
     def agent_devices(self) -> list:
         """Each agent's device: every agent is on this process's device here (each process holds the whole team)."""
         return [self.accelerator.device] * self.team.num_agents
 
-    @property
+    @FixedWhenBuilt
     def env_step(self) -> int:
         """Joint actions scored in training so far (CoMLRL's counter of environment steps)."""
         return self._env_steps
 
-    reward_func = property(lambda self: self._given["reward_func"], doc="The reward function, as given.")
-    reward_processor = property(
+    reward_func = FixedWhenBuilt(lambda self: self._given["reward_func"], doc="The reward function, as given.")
+    reward_processor = FixedWhenBuilt(
         lambda self: self._given["reward_processor"], doc="The reward processor, as given (identity if none)."
     )
-    formatters = property(lambda self: self._given["formatters"], doc="One formatter per agent, or None, as given.")
-    external_transition = property(lambda self: self._given["external_transition"], doc="The transition, as given.")
-    model_name = property(
+    formatters = FixedWhenBuilt(
+        lambda self: self._given["formatters"], doc="One formatter per agent, or None, as given."
+    )
+    external_transition = FixedWhenBuilt(
+        lambda self: self._given["external_transition"], doc="The transition, as given."
+    )
+    model_name = FixedWhenBuilt(
         lambda self: self._given["model_name"], doc="`agent_model`, or the first agent's name or path."
     )
 
@@ -229,6 +344,18 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
             f"{type(agent_model).__name__}; pass models in memory as agents=[...]."
         )
     return agent_model, num_agents
+
+
+class EveryNthEpoch(TrainerCallback):
+    """CoMLRL's `checkpoint_interval`: of the Trainer's end-of-epoch checkpoints (`save_strategy="epoch"`), keep every
+    `interval`-th and the last."""
+
+    def __init__(self, interval: int):
+        self.interval = interval
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if round(state.epoch) % self.interval and state.global_step < state.max_steps:
+            control.should_save = False
 
 
 PLACEHOLDER_PROMPT = "(no train_dataset given: MAGRPOTrainer.train() refuses to run on this row)"
