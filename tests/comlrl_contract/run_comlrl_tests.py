@@ -80,9 +80,15 @@ ENVIRONMENT = {
 # hook, or as one whose passing would mean no longer being a GRPOTrainer; one that fails on CoMLRL too, as stock.
 SWAP_KINDS = ("private", "not-grpo")
 
-# `--subset ci`: the public-behaviour tests (README.md): each passes on CoMLRL and with the face swapped in, and
-# tests/test_comlrl_contract.py asserts each one's outcome. Ids without "tests/".
-CI_SUBSET: list[str] = []
+# `--subset ci`: the public-behaviour tests, one id a line (README.md): each passes on CoMLRL and with the face
+# swapped in; tests/test_comlrl_contract.py asserts each one's outcome.
+CI_SUBSET_FILE = HERE / "ci_subset.txt"
+
+
+def read_ids(path: Path) -> list[str]:
+    """The test ids of a list file: one a line, without "tests/"; `#` starts a comment line."""
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def import_edit(path: Path) -> tuple[str, str] | None:
@@ -243,7 +249,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--subset",
         choices=("all", "ci", "listed"),
         default="all",
-        help="ci: the CI_SUBSET tests only; listed: the tests named in the list (--expected), to check fixes",
+        help="ci: the tests of ci_subset.txt only; listed: the tests named in the list (--expected), to check fixes",
     )
     parser.add_argument("--face", default=DEFAULT_FACE, help=f"the module swapped in (default {DEFAULT_FACE})")
     parser.add_argument("--python", type=Path, help="the interpreter with CoMLRL installed (default WORKDIR/venv)")
@@ -271,11 +277,12 @@ def main(argv: list[str]) -> int:
             say(f"  {number}. {edit}")
         return 0
     expected = load_expected(args.expected, swap_kinds=SWAP_KINDS)
-    if args.subset == "ci" and not CI_SUBSET:
-        raise UsageError("CI_SUBSET in run_comlrl_tests.py is empty")
+    ci_subset = read_ids(CI_SUBSET_FILE)
+    if args.subset == "ci" and not ci_subset:
+        raise UsageError(f"{CI_SUBSET_FILE} names no test")
     if args.subset == "listed" and not expected:
         raise UsageError(f"--subset listed: {args.expected} names no test")
-    selection_ids = {"ci": list(CI_SUBSET), "listed": list(expected), "all": None}[args.subset]
+    selection_ids = {"ci": ci_subset, "listed": list(expected), "all": None}[args.subset]
     selection = [f"tests/{i}" for i in selection_ids] if selection_ids else ["tests"]
     modes = ["stock", "swapped"] if args.mode == "both" else [args.mode]
 
