@@ -243,7 +243,7 @@ def test_an_optimizer_given_with_rates_is_refused_before_loading(tmp_path, token
     with pytest.raises(ValueError, match=r"`optimizers=` gives an optimizer, and MAGRPOConfig\.agent_learning_rates"):
         build(agent_learning_rates=[0.1, 0.2])
     # Without rates the check lets it through, to the team's own checks (before any model is loaded too).
-    with pytest.raises(FileNotFoundError, match=r"agents\[0\] = '/nope/agent_0' could not be loaded: no such folder"):
+    with pytest.raises(FileNotFoundError, match=r"model\[0\] = '/nope/agent_0' could not be loaded: no such folder"):
         build()
 
 

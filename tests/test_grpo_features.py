@@ -109,8 +109,8 @@ def test_reference_equals_grpo(tmp_path, tokenizer, tiny_model_dir, sync_ref_mod
 
 def two_agent_trainer(tmp_path, tokenizer, model=None, peft_config=None, **overrides):
     """Two full agents, or one shared base with two LoRA adapters."""
-    kwargs = dict(model=agents) if agents else dict(model=make_model(tokenizer, seed=0), num_agents=2)
-    if not agents:
+    kwargs = dict(model=model) if model else dict(model=make_model(tokenizer, seed=0), num_agents=2)
+    if not model:
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     if peft_config is not None:
         kwargs["peft_config"] = peft_config

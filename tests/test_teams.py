@@ -298,14 +298,14 @@ def test_trainable_agents_that_train_nobody_or_repeat_an_agent_are_refused_befor
 
 @pytest.mark.parametrize("path", ["/nope/model", "./nope/model", "~/nope-model", "runs/nope/agent_0"])
 def test_a_missing_folder_is_said_before_the_hub_is_asked(tmp_path, path):
-    with pytest.raises(FileNotFoundError, match=rf"agents\[0\] = '{path}' could not be loaded: no such folder"):
+    with pytest.raises(FileNotFoundError, match=rf"model\[0\] = '{path}' could not be loaded: no such folder"):
         build_before_loading(tmp_path, model=[path, "no/such-model"])
     with pytest.raises(FileNotFoundError, match=rf"model = '{path}' could not be loaded: no such folder"):
-        build_before_loading(tmp_path, model=None, model=path, num_agents=2)
+        build_before_loading(tmp_path, model=path, num_agents=2)
 
 
 def test_an_agent_that_is_not_a_model_is_named_before_loading(tmp_path):
-    with pytest.raises(TypeError, match=r"agents\[1\] must be a model or a model id, got int: 7"):
+    with pytest.raises(TypeError, match=r"model\[1\] must be a model or a model id, got int: 7"):
         build_before_loading(tmp_path, model=["no/such-model", 7])
 
 
@@ -315,7 +315,7 @@ def test_an_agent_that_cannot_be_loaded_is_named_with_the_loader_error_chained(t
     empty = tmp_path / "empty"  # a folder, but no model or tokenizer in it
     empty.mkdir()
     what = "" if given_tokenizer else "the tokenizer of "
-    message = rf"MAGRPOTrainer: {what}agents\[1\] = '{re.escape(str(empty))}' could not be loaded: "
+    message = rf"MAGRPOTrainer: {what}model\[1\] = '{re.escape(str(empty))}' could not be loaded: "
     with pytest.raises((OSError, ValueError), match=message) as caught:
         build_before_loading(
             tmp_path,

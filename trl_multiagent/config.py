@@ -113,7 +113,6 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
             What each completion's return is compared with, within its group (one agent's K completions at one node):
             `"mean"`, the group mean (GRPO); `"rloo"`, the mean of the K - 1 others (RLOO); `"max"`, the group's best
             return; `"none"`, nothing (raw returns, REINFORCE). `scale_rewards` then divides by the std, as in TRL.
-            CoMLRL's `advantage_mode` `mean`/`rloo`/`max`/`raw` are these four.
         scale_rewards (`str`, *optional*, defaults to `"group"`):
             TRL's field with one more value: `"agent"` divides each agent's group advantages by the std of that
             agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's.

@@ -34,7 +34,8 @@ from .grpo import check_grpo_arguments, grpo_trainer_settings, load_reward_model
 from .learning_rates import check_agent_learning_rates
 
 
-# `MAGRPOTrainer.__init__` calls these after `prepare`, once the team is loaded
+# `MAGRPOTrainer.__init__` calls `prepare`, then these two once the team is loaded; `check_agent_learning_rates` is
+# `prepare`'s, public for its tests
 __all__ = ["PreparedInputs", "check_agent_learning_rates", "grpo_trainer_settings", "load_reward_models", "prepare"]
 
 logger = logging.get_logger(__name__)

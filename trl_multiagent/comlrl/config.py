@@ -89,7 +89,9 @@ class MAGRPOConfig(TRLFaceConfig):
     # CoMLRL's own names
     agent_learning_rate: float = field(default=5e-6, metadata={"help": "Each agent's learning rate (learning_rate)."})
     parallel_training: str | None = field(default="none", metadata={"help": "'none' or 'mp' (devices: see docs)."})
-    agent_devices: str | list[str] | None = field(default=None, metadata={"help": "This process's device, or 'auto'."})
+    agent_devices: list[str] | None = field(
+        default=None, metadata={"help": "This process's device (or a list, or 'auto')."}
+    )
     external_prompt_passthrough: bool = field(
         default=False, metadata={"help": "Give later turns the transition's prompts unformatted."}
     )
@@ -100,7 +102,7 @@ class MAGRPOConfig(TRLFaceConfig):
     advantage_mode: str = field(default="mean", metadata={"help": "mean, rloo, max or raw (advantage_baseline)."})
     reference_kl_enabled: bool = field(default=False, metadata={"help": "A KL term against each agent's copy."})
     reference_kl_coef: float = field(default=0.1, metadata={"help": "Its coefficient (beta)."})
-    reference_devices: str | list[str] | None = field(default=None, metadata={"help": "This process's device."})
+    reference_devices: list[str] | None = field(default=None, metadata={"help": "This process's device (or a list)."})
     train_batch_size: InitVar[int | None] = None
     eval_batch_size: InitVar[int | None] = None
 
@@ -185,7 +187,8 @@ def check_comlrl_values(config: MAGRPOConfig) -> None:
             raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 0, got {getattr(config, name)}.")
     if str(config.advantage_mode).lower() not in ADVANTAGE_MODES:
         raise ValueError(
-            f"MAGRPOConfig: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}."
+            f"MAGRPOConfig: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
+            "it sets advantage_baseline (TRL face's name), where the peers' other baselines are."
         )
     if config.num_turns < 1:
         raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {config.num_turns}.")
@@ -289,14 +292,21 @@ def _rollout_buffer(config: MAGRPOConfig) -> None:
     `train_batch_size` of them. Here a prompt's tree is never split: a generation takes the trees of
     `rollout_buffer_size // nodes per tree` prompts (at least one), an optimizer step those of
     `train_batch_size // nodes per tree`. With `num_turns=1` a tree is one node, and the counts are CoMLRL's."""
-    if config.per_device_train_batch_size != _default(config, "per_device_train_batch_size"):
-        return  # TRL's layout, given: it wins over CoMLRL's defaults (a CoMLRL size given too must agree below)
     k, buffer = config.num_generations, int(config.rollout_buffer_size)
     nodes = nodes_per_tree(k, config.num_turns, config.joint_mode, config.num_agents or 2)
     per_generation = max(buffer // nodes, 1)
     step_nodes = int(config.comlrl_batch_sizes["train_batch_size"])
     per_step = min(max(step_nodes // nodes, 1), per_generation)
     per_generation -= per_generation % per_step
+    rows = config.per_device_train_batch_size
+    if rows != _default(config, "per_device_train_batch_size"):  # TRL's layout given: it wins over CoMLRL's defaults
+        given = buffer != _default(config, "rollout_buffer_size") or "train_batch_size" in config.given_batch_sizes
+        if given and rows != per_step * k:
+            raise ValueError(
+                f"MAGRPOConfig: rollout_buffer_size={buffer} (CoMLRL) sets per_device_train_batch_size={per_step * k}, "
+                f"but per_device_train_batch_size={rows} is also given. Pass one of them."
+            )
+        return
     config.per_device_train_batch_size = per_step * k
     config.gradient_accumulation_steps = 1
     config.steps_per_generation = per_generation // per_step

@@ -10,6 +10,7 @@ every later turn's prompts with the formatters unless `external_prompt_passthrou
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 
 import torch
@@ -65,7 +66,15 @@ def comlrl_reward(func: Callable, num_agents: int, reward_processor: Callable[[f
         except TypeError:  # CoMLRL's fallback: the completion lists alone
             raw = func(*completions)
         value = _values(raw)[0]
-        return [reward_processor(value) if reward_processor is not None else value]
+        if reward_processor is None:
+            return [value]
+        processed = reward_processor(value)
+        if not math.isfinite(processed):
+            raise ValueError(
+                f"reward_processor {callable_name(reward_processor)!r} returned {processed} for the value {value} of "
+                f"reward function {callable_name(func)!r}; rewards must be finite."
+            )
+        return [processed]
 
     call.__name__ = callable_name(func)
     call.__qualname__ = call.__name__

@@ -19,7 +19,7 @@ What a team adds:
   index to names; agents left out get every tool), gives agent i only those methods. TRL ignores the attribute, so the
   same class still runs under GRPOTrainer.
 * **Per-agent rewards.** A class attribute ``per_agent_reward = True`` states that ``get_reward()`` returns one value
-  per agent, agent i's own reward (read as `reward_wrappers.each_agent` states): the reward column is their aggregate
+  per agent, agent i's own reward (read as `rewards.wrappers.each_agent` states): the reward column is their aggregate
   (`MAGRPOConfig.agent_reward_aggregation`), and `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value
   into what it learns from. Without it, ``get_reward()`` returns one number for the team, as in TRL.
 

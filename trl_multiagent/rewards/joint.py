@@ -1,9 +1,8 @@
 """The team's reward: joint reward functions, per-agent rewards in TRL's convention, and their weighted sum.
 
 Every entry of `reward_funcs` follows one of three conventions. A function wrapped in `joint`, `per_agent` or
-`per_joint_action` (`reward_wrappers`) follows the one it states; any other is read by one rule each, and a rule that
-reads a function's convention from its signature (`reward_signatures`) or its return shape says so once, at WARNING,
-with how to state it:
+`per_joint_action` (`rewards.wrappers`) follows the one it states; any other is read from its signature
+(`rewards.signatures`), which says so once, at WARNING, with how to state it:
 
 * **Per-agent, TRL's** (`is_per_agent`): a model id or a model (a sequence-classification reward model), a function
   wrapped in `per_agent`, or a function that names `completions` or `completion_ids` and takes ``**kwargs`` (all of

@@ -1,4 +1,4 @@
-"""A reward function's convention read from its signature, when no wrapper states it (`reward_wrappers`): TRL's
+"""A reward function's convention read from its signature, when no wrapper states it (`rewards.wrappers`): TRL's
 per-agent ``f(completions, **kwargs)`` (`is_per_agent`), how many completion lists a joint function takes
 (`completion_slots`), and the WARNING, once per function, that says what was read and how to state it
 (`say_inferred`).
