@@ -37,7 +37,16 @@ import tarfile
 import time
 from pathlib import Path
 
-from trl_multiagent.demo.contract import UsageError, compare, finish_run, load_expected, print_report, say, versions
+from trl_multiagent.demo.contract import (
+    UsageError,
+    compare,
+    finish_run,
+    load_expected,
+    print_report,
+    say,
+    versions,
+    where,
+)
 
 
 HERE = Path(__file__).resolve().parent
@@ -319,10 +328,7 @@ def main(argv: list[str]) -> int:
         "commands": {m: r["command"] for m, r in results.items()},
         **report,
         "outcomes": {m: {i: t["outcome"] for i, t in r["tests"].items()} for m, r in results.items()},
-        "where": {
-            m: {i: [t.get("exception"), t.get("where")] for i, t in r["tests"].items() if "exception" in t}
-            for m, r in results.items()
-        },
+        "where": {m: {i: where(i, t) for i, t in r["tests"].items() if "failure" in t} for m, r in results.items()},
     }
     for path in {workdir / "results" / "summary.json", *([args.json] if args.json else [])}:
         path.write_text(json.dumps(summary, indent=1))

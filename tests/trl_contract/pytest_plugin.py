@@ -4,12 +4,9 @@ It does two things, and nothing else:
 - skips the tests named in the `TRL_CONTRACT_SKIPS` file (JSON: node-id prefix -> reason), before they run, so that
   they are counted as skipped with the harness's reason;
 - records each test's outcome (passed, failed, error, skipped, xfailed, xpassed), its duration and, for failures,
-  the exception line, where it failed (`exception`: the exception's type; `where`: the deepest `file.py:line` of the
-  traceback inside the run folder's copied tests, which is the same place in both modes because both run the same
-  edited files) and the end of the traceback, in the JSON file `TRL_CONTRACT_RESULTS` (rewritten after each test,
-  so that a run cut short still leaves what it did).
-
-The comlrl_contract harness copies it too (it sets the same two variables).
+  where it failed (the exception's type and the last line of the test's own file in the traceback: the harness
+  compares these between stock and swapped), the exception line and the end of the traceback, in the JSON file
+  `TRL_CONTRACT_RESULTS` (rewritten after each test, so that a run cut short still leaves what it did).
 """
 
 import json
@@ -46,16 +43,22 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    if call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
-        return
-    tests_dir = item.config.rootpath / "tests"
-    lines = [
-        f"{entry.path.relative_to(tests_dir)}:{entry.lineno + 1}"
-        for entry in call.excinfo.traceback
-        if isinstance(entry.path, type(tests_dir)) and entry.path.is_relative_to(tests_dir)
-    ]
     report = outcome.get_result()
-    report.failure_where = {"exception": call.excinfo.typename, "where": lines[-1] if lines else None}
+    if call.excinfo is None or not report.failed:
+        return
+    # Where the test failed, in its own file: the deepest traceback frame whose file is the test's (stock and
+    # swapped run the same file, whose one edit keeps the line count, so the lines compare).
+    test_file = str(item.path)
+    lines = [entry.lineno + 1 for entry in call.excinfo.traceback if str(entry.path) == test_file]
+    entry = _results.setdefault(_id(report.nodeid), {"outcome": None, "duration": 0.0})
+    entry.setdefault(
+        "failure",
+        {  # the first failure (a teardown error after a failed call keeps the call's)
+            "when": call.when,
+            "exception": call.excinfo.type.__name__,
+            "test_line": lines[-1] if lines else None,
+        },
+    )
 
 
 def _message(report):
@@ -95,8 +98,6 @@ def pytest_runtest_logreport(report):
                 entry["message"] = _message(report)
     elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
         entry["outcome"], entry["message"] = "error", "teardown: " + _message(report)
-    if report.failed and hasattr(report, "failure_where") and "exception" not in entry:
-        entry.update(report.failure_where)
     if report.failed:
         entry["traceback"] = "\n".join(report.longreprtext.splitlines()[-150:])
     if report.when == "teardown":

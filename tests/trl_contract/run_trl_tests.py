@@ -40,8 +40,6 @@ from pathlib import Path
 
 from offline_assets import ORG, SUBSTITUTIONS, build_assets, say
 
-from trl_multiagent.demo.contract import UsageError, compare, finish_run, load_expected, print_report, versions
-
 
 HERE = Path(__file__).resolve().parent
 EXPECTED_FILE = HERE / "expected_swap_failures.txt"
@@ -218,6 +216,13 @@ CI_SUBSET = [
     f"{TEST_FILE}::TestGRPOTrainer::test_reward_metric_reflects_reward_weights[normalize_then_sum]",
 ]
 
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+FAILED = ("failed", "error")
+
+
+class UsageError(Exception):
+    pass
+
 
 def check_tests_dir(path: Path) -> None:
     if not path.is_dir():
@@ -295,13 +300,175 @@ def start_run(mode, tests_dir, workdir, assets_root, selection, extra) -> tuple[
     process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
     return process, {
         "mode": mode,
-        "extra": {"availability_checks_defined_locally": patched},
+        "patched": patched,
         "raw": raw,
         "log": log,
         "command": command,
         "run_dir": run_dir,
         "start": time.time(),
     }
+
+
+def finish_run(process: subprocess.Popen, info: dict, selection_ids: list[str] | None) -> dict:
+    returncode = process.wait()
+    info["log"].close()
+    wall = round(info.get("end", time.time()) - info["start"], 1)
+    if not info["raw"].exists():
+        tail = Path(info["log"].name).read_text(errors="replace")[-3000:]
+        raise UsageError(f"[{info['mode']}] pytest wrote no results (exit {returncode}); its log ends:\n{tail}")
+    tests = json.loads(info["raw"].read_text())["tests"]
+    collect_errors = {i: t for i, t in tests.items() if t["outcome"] == "collect-error"}
+    if collect_errors or returncode not in (0, 1):
+        tail = Path(info["log"].name).read_text(errors="replace")[-3000:]
+        raise UsageError(
+            f"[{info['mode']}] pytest exited {returncode}"
+            + (f", collection errors in {', '.join(collect_errors)}" if collect_errors else "")
+            + f"; its log ({info['log'].name}) ends:\n{tail}"
+        )
+    if selection_ids is not None:
+        for test_id in selection_ids:  # a listed CI test that pytest did not collect is a failure, not a silence
+            tests.setdefault(test_id, {"outcome": "error", "duration": 0.0, "message": "not collected"})
+    counts = {outcome: sum(1 for t in tests.values() if t["outcome"] == outcome) for outcome in OUTCOMES}
+    counts["total"] = len(tests)
+    counts["ran"] = counts["total"] - counts["skipped"]
+    return {
+        "mode": info["mode"],
+        "command": " ".join(info["command"]),
+        "run_dir": str(info["run_dir"]),
+        "pytest_exit": returncode,
+        "availability_checks_defined_locally": info["patched"],
+        "wall_seconds": wall,
+        "counts": counts,
+        "tests": tests,
+    }
+
+
+def load_expected(path: Path) -> dict[str, dict]:
+    """The reviewed list: `[swap-only: CAUSE]` / `[stock: CAUSE]` headers, then `TEST_ID -- REASON` lines."""
+    expected, kind, cause = {}, None, None
+    if not path.exists():
+        return expected
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            kind, _, cause = line[1:-1].partition(":")
+            kind, cause = kind.strip(), cause.strip()
+            if kind not in ("swap-only", "stock"):
+                raise UsageError(f"{path}:{number}: a header is [swap-only: CAUSE] or [stock: CAUSE], not {line}")
+            continue
+        test_id, sep, reason = line.partition(" -- ")
+        if not sep or kind is None:
+            raise UsageError(f"{path}:{number}: expected `TEST_ID -- REASON` under a [swap-only: ...] header: {line}")
+        expected[test_id.strip()] = {"kind": kind, "cause": cause, "reason": reason.strip()}
+    return expected
+
+
+def compare(results: dict[str, dict], expected: dict[str, dict]) -> dict:
+    stock, swapped = results.get("stock"), results.get("swapped")
+    report: dict = {}
+    if swapped is None:
+        return report
+    failing = {i for i, t in swapped["tests"].items() if t["outcome"] in FAILED}
+    if stock is not None:
+        stock_failing = {i for i, t in stock["tests"].items() if t["outcome"] in FAILED}
+        stock_passing = {i for i, t in stock["tests"].items() if t["outcome"] == "passed"}
+        swap_only = sorted(failing & stock_passing)
+        report["swap_only_failures"] = swap_only
+        report["failing_on_both"] = sorted(failing & stock_failing)
+        report["stock_only_failures"] = sorted(stock_failing - failing)
+        report["listed"] = [i for i in swap_only if expected.get(i, {}).get("kind") == "swap-only"]
+        report["unlisted"] = [i for i in swap_only if expected.get(i, {}).get("kind") != "swap-only"]
+        report["listed_swap_only_failing_on_stock"] = sorted(
+            i for i, e in expected.items() if e["kind"] == "swap-only" and i in stock_failing
+        )
+        report["stock_list_drift"] = sorted(
+            i for i, e in expected.items() if e["kind"] == "stock" and i in stock["tests"] and i not in stock_failing
+        )
+        report["stock_failures_unlisted"] = sorted(
+            i for i in stock_failing if expected.get(i, {}).get("kind") != "stock"
+        )
+    else:  # swapped alone: a failure is accounted for when the list names it, as swap-only or as failing on stock
+        report["listed"] = sorted(i for i in failing if i in expected)
+        report["unlisted"] = sorted(i for i in failing if i not in expected)
+    # A listed test that passes swapped: the list is out of date (a fix landed): prune it.
+    report["listed_now_passing"] = sorted(
+        i for i in expected if swapped["tests"].get(i, {}).get("outcome") in ("passed", "xpassed")
+    )
+    return report
+
+
+def print_report(results: dict[str, dict], report: dict, expected: dict[str, dict]) -> None:
+    modes = [m for m in ("stock", "swapped") if m in results]
+    ids = sorted({i for m in modes for i in results[m]["tests"]})
+    say("")
+    say("  ".join(f"{m:>8}" for m in modes) + "  test")
+    for test_id in ids:
+        outcomes = [results[m]["tests"].get(test_id, {}).get("outcome", "-") for m in modes]
+        say("  ".join(f"{o:>8}" for o in outcomes) + f"  {test_id}")
+    say("")
+    for mode in modes:
+        c = results[mode]["counts"]
+        say(
+            f"{mode}: {c['total']} tests, {c['ran']} ran on CPU: {c['passed']} passed, {c['failed']} failed, "
+            f"{c['error']} errors, {c['xfailed']} xfailed, {c['xpassed']} xpassed; {c['skipped']} skipped "
+            f"({results[mode]['wall_seconds']} s)"
+        )
+    if not report:
+        return
+
+    def show(title, items, with_reason=False):
+        say(f"{title}: {len(items)}")
+        for test_id in items:
+            message = results["swapped"]["tests"].get(test_id, {}).get("message", "")
+            entry = expected.get(test_id)
+            detail = f"[{entry['cause']}] {entry['reason']}" if with_reason and entry else message[:200]
+            say(f"    {test_id}  {detail}")
+
+    if "swap_only_failures" in report:
+        say(f"swap-only failures (pass on stock, fail swapped): {len(report['swap_only_failures'])}")
+        show("  listed (expected, with a reason)", report["listed"], with_reason=True)
+        show("  UNLISTED (add them to expected_swap_failures.txt with a reason, or fix them)", report["unlisted"])
+        show("failing on both (not the swap's doing)", report["failing_on_both"])
+        show("failing on stock only", report["stock_only_failures"])
+        if report["stock_failures_unlisted"]:
+            show("stock failures the list does not name as [stock: ...]", report["stock_failures_unlisted"])
+        if report["stock_list_drift"]:
+            show("listed as failing on stock, but no longer fail there (prune them)", report["stock_list_drift"])
+        if report["listed_swap_only_failing_on_stock"]:
+            show(
+                "listed as swap-only, but failing on stock too (move them to a [stock: ...] section)",
+                report["listed_swap_only_failing_on_stock"],
+            )
+    else:
+        show("listed failures", report["listed"], with_reason=True)
+        show("UNLISTED failures", report["unlisted"])
+    if report["listed_now_passing"]:
+        show("listed but now passing (prune them from expected_swap_failures.txt)", report["listed_now_passing"])
+
+
+def versions() -> dict:
+    """What was tested: the libraries' versions, and trl_multiagent's commit and whether its files had edits."""
+    import importlib.metadata as metadata
+
+    found = {}
+    for name in ("trl", "transformers", "torch", "datasets", "peft", "trl_multiagent"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    spec = importlib.util.find_spec("trl_multiagent")
+    if spec is not None and spec.origin:
+        package = Path(spec.origin).parent
+        found["trl_multiagent_path"] = str(package)
+        git = ["git", "-C", str(package.parent)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        if head.returncode == 0:
+            dirty = subprocess.run([*git, "status", "--porcelain", "--", package.name], capture_output=True, text=True)
+            found["trl_multiagent_commit"] = head.stdout.strip()
+            found["trl_multiagent_uncommitted_files"] = len(dirty.stdout.splitlines())
+    return found
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -349,7 +516,7 @@ def main(argv: list[str]) -> int:
     workdir = args.workdir.resolve()
     if HERE.parent in workdir.parents or workdir == HERE.parent:
         raise UsageError(f"--workdir {workdir} is inside the repo's tests/: choose a folder outside it")
-    expected = load_expected(args.expected, swap_kinds=("swap-only",))
+    expected = load_expected(args.expected)
     if args.subset == "ci" and not CI_SUBSET:
         raise UsageError("CI_SUBSET in run_trl_tests.py is empty")
     if args.subset == "listed" and not expected:
@@ -357,9 +524,7 @@ def main(argv: list[str]) -> int:
     selection_ids = {"ci": list(CI_SUBSET), "listed": list(expected), "all": None}[args.subset]
     selection = [f"tests/{i}" for i in selection_ids] if selection_ids else [f"tests/{TEST_FILE}"]
 
-    tested = versions(
-        ("trl", "transformers", "torch", "datasets", "peft", "trl_multiagent")
-    )  # before the runs: trl_multiagent's files may change while they go on
+    tested = versions()  # before the runs: trl_multiagent's files may change while they go on
     if not args.from_results:
         assets_root = build_assets(workdir / "assets", scripts_dir, rebuild=args.rebuild_assets)
     modes = ["stock", "swapped"] if args.mode == "both" else [args.mode]
@@ -388,7 +553,7 @@ def main(argv: list[str]) -> int:
         result["versions"] = tested
         (workdir / "results" / f"{mode}.json").write_text(json.dumps(result, indent=1))
     report = compare(results, expected)
-    print_report(results, report, expected, EXPECTED_FILE.name)
+    print_report(results, report, expected)
 
     origin = tests_dir.parent / "ORIGIN"
     summary = {

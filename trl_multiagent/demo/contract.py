@@ -1,10 +1,10 @@
-"""What the contract harnesses share (tests/trl_contract, tests/comlrl_contract): each runs another library's own
-tests, once against that library's trainer ("stock") and once with ours swapped in ("swapped"), and compares the two
-runs test by test against a reviewed list of expected failures.
-
-This module holds the parts that do not depend on the library: reading the reviewed list, reading one run's results
-(written by tests/trl_contract/pytest_plugin.py, copied into each run folder), comparing the runs, printing the
-report, and recording what was tested. Each harness keeps its own edits, selection and command line."""
+"""The library-independent parts of a contract harness, which runs another library's own tests once against that
+library's trainer ("stock") and once with ours swapped in ("swapped"), and compares the two runs test by test against
+a reviewed list of expected failures: reading the list, reading one run's results (written by
+tests/trl_contract/pytest_plugin.py, copied into each run folder), comparing the runs (outcomes, and where each test
+failed), printing the report, and recording what was tested. tests/comlrl_contract/run_comlrl_tests.py uses it;
+tests/trl_contract/run_trl_tests.py predates it and keeps its own comparison. Each harness keeps its own edits,
+selection and command line."""
 
 from __future__ import annotations
 
@@ -95,9 +95,11 @@ def finish_run(process: subprocess.Popen, info: dict, selection_ids: list[str] |
     }
 
 
-def where(result: dict) -> str:
-    """Where a failed test failed: `ExceptionType at file.py:line` (the deepest line of the copied test files)."""
-    return f"{result.get('exception') or '?'} at {result.get('where') or '?'}"
+def where(test_id: str, result: dict) -> str:
+    """Where a failed test failed, as the results plugin records it: `ExceptionType at test_file.py:line` (the deepest
+    line of the test's own file in the traceback; the same line in both modes, which run the same edited file)."""
+    failure = result.get("failure") or {}
+    return f"{failure.get('exception', '?')} at {test_id.split('::')[0]}:{failure.get('test_line') or '?'}"
 
 
 def compare(results: dict[str, dict], expected: dict[str, dict]) -> dict:
@@ -116,7 +118,7 @@ def compare(results: dict[str, dict], expected: dict[str, dict]) -> dict:
         report["swap_only_failures"] = swap_only
         report["failing_on_both"] = sorted(failing & stock_failing)
         report["failing_on_both_elsewhere"] = sorted(
-            i for i in failing & stock_failing if where(stock["tests"][i]) != where(swapped["tests"][i])
+            i for i in failing & stock_failing if where(i, stock["tests"][i]) != where(i, swapped["tests"][i])
         )
         report["stock_only_failures"] = sorted(stock_failing - failing)
         report["listed"] = [i for i in swap_only if i in expected and not expected[i]["stock"]]
@@ -165,7 +167,7 @@ def print_report(results: dict[str, dict], report: dict, expected: dict[str, dic
             if with_reason and entry:
                 detail = f"[{entry['kind']}: {entry['cause']}] {entry['reason']}"
             else:
-                detail = f"{where(result)}: {result.get('message', '')[:200]}"
+                detail = f"{where(test_id, result)}: {result.get('message', '')[:200]}"
             say(f"    {test_id}  {detail}")
 
     if "swap_only_failures" in report:
@@ -177,8 +179,8 @@ def print_report(results: dict[str, dict], report: dict, expected: dict[str, dic
             say(f"  of which fail at another place swapped: {len(report['failing_on_both_elsewhere'])}")
             for test_id in report["failing_on_both_elsewhere"]:
                 say(
-                    f"    {test_id}  stock: {where(results['stock']['tests'][test_id])}; "
-                    f"swapped: {where(results['swapped']['tests'][test_id])}"
+                    f"    {test_id}  stock: {where(test_id, results['stock']['tests'][test_id])}; "
+                    f"swapped: {where(test_id, results['swapped']['tests'][test_id])}"
                 )
         show("failing on stock only", report["stock_only_failures"])
         if report["stock_failures_unlisted"]:
