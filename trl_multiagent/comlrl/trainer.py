@@ -60,7 +60,13 @@ class MAGRPOTrainer(TRLFaceTrainer):
     - the reward is called as CoMLRL calls it, once per joint action (`comlrl.rewards.comlrl_reward`); the transition by
       keyword, with later turns formatted by the formatters (`comlrl_transition`);
     - `_prepare_arguments` adds the tokens of `model_config["special_tokens"]` and the evaluation metrics of
-      `eval_logger`.
+      `eval_logger`;
+    - `train` takes CoMLRL's checkpoint arguments (`checkpoint_dir`, `checkpoint_interval`, `checkpoint_total_limit`)
+      on the Trainer's checkpoints, and needs `train_dataset` only here, as CoMLRL; `save_checkpoint` and
+      `load_checkpoint` are CoMLRL's, on the same checkpoints;
+    - `_generate_and_score_completions` counts the joint actions scored in training (`env_step`);
+    - CoMLRL's public attributes (`agents`, `tokenizer`, `optimizers`, `reference_models`, `env_step`, ...) are read
+      from the trainer's state (docs/from_comlrl.md).
     """
 
     points_to_comlrl_face = False  # a refused argument here gets the closest names (`keywords`)
