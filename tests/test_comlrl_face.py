@@ -39,6 +39,7 @@ def test_built_without_train_dataset_then_refuses_to_train_until_one_is_set(tmp_
     trainer.train_dataset = [{"prompt": "count to three"}, {"prompt": "name a colour"}]  # CoMLRL: any sequence
     trainer.train()
     assert trainer.state.global_step == 1 and isinstance(trainer.train_dataset, Dataset)  # read as rows of a Dataset
+    assert trainer.optimizers == [trainer.optimizer] and trainer.optimizer is not None  # made by train()
     assert any(not torch.equal(b, p) for b, p in zip(before, trainer.agents[0].parameters(), strict=True))
 
 
