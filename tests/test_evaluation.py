@@ -280,8 +280,8 @@ def test_the_untrained_row_of_adapters_is_their_base_alone(tmp_path, tokenizer, 
         report_to="none", save_strategy="no",
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        model=tiny_model_dir, num_agents=2, tokenizer=tokenizer, peft_config=LoraConfig(r=4, target_modules="all-linear"),
-        reward_func=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
+        model=tiny_model_dir, num_agents=2, processing_class=tokenizer, peft_config=LoraConfig(r=4, target_modules="all-linear"),
+        reward_funcs=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     trainer.save_model(str(tmp_path / "out"))
     result = ev.evaluate_team(

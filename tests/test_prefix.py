@@ -282,7 +282,7 @@ def test_generation_turns_checkpointing_back_on_with_the_configs_kwargs(tmp_path
         report_to="none", gradient_checkpointing=True, gradient_checkpointing_kwargs=checkpointing,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=s) for s in (1, 2)], tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=[make_model(tokenizer, seed=s) for s in (1, 2)], processing_class=tokenizer, reward_funcs=length_ratio_reward,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), args=args,
     )  # fmt: skip
     trainer.team.gradient_checkpointing_enable(checkpointing)  # as `Trainer.train` does, with the config's kwargs

@@ -33,8 +33,8 @@ def add(a: int, b: int) -> int:
 
 def build(tmp_path, tokenizer, prompt, **kwargs):
     return MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=i) for i in range(2)], tokenizer=tokenizer,
-        reward_func=lambda a, b: [0.0] * len(a), train_dataset=Dataset.from_dict({"prompt": [prompt] * 2}),
+        model=[make_model(tokenizer, max_positions=2048, seed=i) for i in range(2)], processing_class=tokenizer,
+        reward_funcs=lambda a, b: [0.0] * len(a), train_dataset=Dataset.from_dict({"prompt": [prompt] * 2}),
         args=MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2,
                           max_new_tokens=4, report_to="none"),
         **kwargs,

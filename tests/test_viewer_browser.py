@@ -108,9 +108,9 @@ def ended_run_dir(tmp_path_factory):
     tokenizer = make_tokenizer()
     output = tmp_path_factory.mktemp("viewer_ended") / "run"
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)],
-        tokenizer=tokenizer,
-        reward_func=turn_reward,
+        model=[make_model(tokenizer, seed=i) for i in range(2)],
+        processing_class=tokenizer,
+        reward_funcs=turn_reward,
         external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}),
         args=MAGRPOConfig(
