@@ -232,9 +232,9 @@ def main():
         team = {"model": make_model(tokenizer, seed=0, **size), "num_agents": 2,
                 "peft_config": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"])}  # fmt: skip
     elif cli.one_agent:  # GRPOTrainer's case: `trainer.model` is the agent itself, not the team
-        team = {"agents": [make_model(tokenizer, seed=0, **size)]}
+        team = {"model": [make_model(tokenizer, seed=0, **size)]}
     else:
-        team = {"agents": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
+        team = {"model": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
     trainer = trainer_class(
         **team,
         processing_class=tokenizer,
