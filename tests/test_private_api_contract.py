@@ -63,8 +63,10 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
   `forward(..., labels=..., fused_lm_head=True)` returns `log_probs` and `entropy` per token; the patch wraps the
   original forward in a closure, so a deep copy (the reference agents) drops it and is patched again
   (team/assembly.py, `add_fused_heads`).
-- `_unwrap_model_for_generation` (`trl.models.utils`) -- generation/hf.py -- signature; outside ZeRO-3 it yields the
-  unwrapped model (the team), with activation checkpointing off inside and back on after.
+- `_unwrap_model_for_generation` (`trl.models.utils`) -- generation/hf.py -- signature `(model, accelerator,
+  gather_deepspeed3_params, ...)` (1.16 adds `gradient_checkpointing_kwargs`, which the package does not pass: it
+  turns checkpointing off itself with `disable_gradient_checkpointing`, since 1.15 turns it back on without the
+  kwargs); outside ZeRO-3 it yields the unwrapped model (the team), and leaves a team without checkpointing as it is.
 - `disable_gradient_checkpointing`, `add_hooks`, `remove_hooks`, `prepare_deepspeed`, `pad`, `ensure_master_addr_port`
   (undocumented helpers of `trl.models.utils` and `trl.trainer.utils`) -- trainer.py, generation/hf.py,
   team/assembly.py, update/batching.py, generation/vllm_settings.py -- signatures.
@@ -305,7 +307,7 @@ def trained(tmp_path_factory):
 
 
 def test_versions_in_tested_range():
-    assert Version("1.16") <= Version(trl.__version__) < Version("1.17"), trl.__version__
+    assert Version("1.15") <= Version(trl.__version__) < Version("1.17"), trl.__version__
     assert Version(transformers.__version__).major == 5, transformers.__version__
 
 
@@ -577,18 +579,19 @@ def test_fused_head_is_a_forward_attribute_that_del_removes(tmp_path):
 def test_unwrap_model_for_generation_yields_the_team_without_checkpointing(tmp_path):
     from trl_multiagent.team.agent_team import AgentTeam
 
-    assert params(_unwrap_model_for_generation) == [
-        "model", "accelerator", "gather_deepspeed3_params", "gradient_checkpointing_kwargs",
-    ]  # fmt: skip
+    assert params(_unwrap_model_for_generation)[:3] == ["model", "accelerator", "gather_deepspeed3_params"]
     accelerator = grpo_trainer(tmp_path).accelerator
     team = AgentTeam([make_model(make_tokenizer())])
     team.gradient_checkpointing_enable({"use_reentrant": False})
-    with _unwrap_model_for_generation(
-        team, accelerator, gather_deepspeed3_params=False, gradient_checkpointing_kwargs={"use_reentrant": False}
-    ) as unwrapped:
+    with (
+        disable_gradient_checkpointing(team, {"use_reentrant": False}),  # as generation/hf.py does, first
+        _unwrap_model_for_generation(team, accelerator, gather_deepspeed3_params=False) as unwrapped,
+    ):
         assert unwrapped is team
         assert not team.is_gradient_checkpointing
     assert team.is_gradient_checkpointing
+    functions = [layer._gradient_checkpointing_func for layer in checkpointed_layers(team)]
+    assert functions and all(f.keywords.get("use_reentrant") is False for f in functions)  # the kwargs kept
 
 
 @contract("trl", *("disable_gradient_checkpointing", "add_hooks", "remove_hooks", "prepare_deepspeed", "pad",

@@ -220,6 +220,29 @@ def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None =
         tokenizers[i].save_pretrained(agent_dir(output_dir, i))
         record_hub_base(agent_dir(output_dir, i))
         write_card(team, i, agent_dir(output_dir, i), adapter=is_adapter(team, i))
+    if team.is_shared_base:
+        portable_folder_card(output_dir)
+
+
+def portable_folder_card(folder: str) -> None:
+    """PEFT writes a card into the folder it saves named adapters under (`folder/README.md`, beside `agent_i/`),
+    whose `base_model` is the folder the base was loaded from. As the agents' cards do (`write_agent_card`), it names
+    a prepared folder (the embedded model's) by its Hub id, and no other local folder: a path on this machine is no
+    base anyone else can find."""
+    from huggingface_hub import ModelCard
+
+    path = os.path.join(folder, "README.md")
+    if not os.path.isfile(path):
+        return
+    card = ModelCard.load(path)
+    base = card.data.base_model
+    if not isinstance(base, str) or not os.path.isdir(base):
+        return
+    hub = prepared_hub_id(base)
+    card.data.base_model = hub
+    tags = [tag for tag in card.data.tags or [] if not tag.endswith(f":{base}")]
+    card.data.tags = tags + ([f"base_model:adapter:{hub}"] if hub else [])
+    card.save(path)
 
 
 def write_card(team, index: int, folder: str, adapter: bool) -> None:

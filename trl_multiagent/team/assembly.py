@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.utils import is_peft_available, logging
 
+from ..trl_release import require_fused_head_kernels
 from .agent_team import AgentTeam
 from .reference_sync import reference_sync
 
@@ -132,8 +133,10 @@ def add_fused_heads(team: AgentTeam, temperature: float, cast_lm_head_to_fp32: b
     """TRL's fused log-prob head on each agent, over the agent's own `forward`. The head keeps the forward it wraps
     in a closure, so a deep copy of a patched agent would still run the original's weights outside the fused path:
     a copy (the reference agents) drops the copied patch and gets a head of its own."""
+    from accelerate import PartialState
     from trl.trainer.utils import add_fused_lm_head
 
+    require_fused_head_kernels(PartialState().device.type)
     for agent in team.agents:
         base = _base(agent)
         base.__dict__.pop("forward", None)
