@@ -61,7 +61,8 @@ def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agent
     for spec, label in zip(specs, labels, strict=True):
         _check_spec(spec, label)
     trainable = _trainable_list(trainable_agents, n)
-    shared_base = peft_configs is not None and model is not None
+    # Several agents from one model share its base, one adapter each; a team of one is GRPOTrainer's PEFT model.
+    shared_base = peft_configs is not None and model is not None and n > 1
     if shared_base and any(getattr(c, "modules_to_save", None) for c in peft_configs):
         raise ValueError(
             "MAGRPOTrainer: a shared-base LoRA team cannot train `modules_to_save` (got "
@@ -176,12 +177,17 @@ def build_reference(accelerator, model, args, temperature: float) -> tuple[Agent
     (`reference_sync`; else None).
 
     The reference team is a frozen copy of every agent of the prepared `model`, taken before training, with fused heads
-    of its own; None without a KL term, and for adapter teams (the base, adapter disabled, is the reference).
+    of its own; None without a KL term, and for adapter teams, whose reference is on each agent (`AgentTeam.
+    reference`): the base, adapter disabled, for adapters made fresh from `peft_config`; for PEFT models that arrived
+    with their adapters (trained, say, by SFT), a frozen copy of each adapter, added here, as GRPOTrainer adds its "ref"
+    adapter (`AgentTeam.copy_pretrained_adapters`).
     """
     team = accelerator.unwrap_model(model)
     reference = None
     if args.beta != 0.0 and not team.all_adapters:
         reference = _frozen_copy(accelerator, team, args, temperature)
+    elif args.beta != 0.0 and not team.adapters_from_config:
+        team.copy_pretrained_adapters()
     return reference, reference_sync(accelerator, team, reference) if args.sync_ref_model else None
 
 
@@ -252,16 +258,19 @@ def _assemble(models: list, peft_configs: list | None, shared_base: bool) -> Age
             return peft_get_peft_model(model, config, **kwargs)
 
     if not shared_base:
-        return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs, strict=True)])
-    names = [f"agent_{i}" for i in range(len(peft_configs))]
-    peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
-    for name, config in zip(names[1:], peft_configs[1:], strict=True):
-        peft_model.add_adapter(name, config)
-    # Every adapter trains at once; PEFT leaves only the active one trainable.
-    for param_name, param in peft_model.named_parameters():
-        if any(f".{name}." in param_name for name in names):
-            param.requires_grad_(True)
-    return AgentTeam.shared_base(peft_model, names)
+        team = AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs, strict=True)])
+    else:
+        names = [f"agent_{i}" for i in range(len(peft_configs))]
+        peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
+        for name, config in zip(names[1:], peft_configs[1:], strict=True):
+            peft_model.add_adapter(name, config)
+        # Every adapter trains at once; PEFT leaves only the active one trainable.
+        for param_name, param in peft_model.named_parameters():
+            if any(f".{name}." in param_name for name in names):
+                param.requires_grad_(True)
+        team = AgentTeam.shared_base(peft_model, names)
+    team.adapters_from_config = True
+    return team
 
 
 def _trainable_list(trainable_agents, n: int) -> list[int]:
