@@ -143,7 +143,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
         reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
-        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
+        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.task.joint_reward.funcs, args)
         with arguments.grpo_trainer_settings(args, self.task.joint_reward.weights):

@@ -90,10 +90,17 @@ def load_tokenizers(plan: TeamPlan, trust_remote_code: bool = False) -> list:
 
 
 def build_team(
-    plan: TeamPlan, tokenizers: list, model_init_kwargs: dict | None = None, resize_embeddings: bool = False
+    plan: TeamPlan,
+    tokenizers: list,
+    model_init_kwargs: dict | None = None,
+    resize_embeddings: bool = False,
+    kl_reference: bool = False,
 ) -> BuiltTeam:
     """Load the agents and assemble the team. `resize_embeddings` grows each agent's embeddings to its tokenizer
-    (tokens added to it, as CoMLRL's `model_config["special_tokens"]`), before any adapter wraps the model."""
+    (tokens added to it, as CoMLRL's `model_config["special_tokens"]`), before any adapter wraps the model. With
+    `kl_reference` (`beta != 0`), agents that arrived as PEFT models with their adapters get a frozen copy of it as
+    their reference (`AgentTeam.copy_pretrained_adapters`), here, where GRPOTrainer adds its "ref" adapter: before the
+    Trainer seeds, so that the copy's initialisation draws nothing from the run's random numbers."""
     models = [_load_agent(spec, label, model_init_kwargs) for spec, label in zip(plan.specs, plan.labels, strict=True)]
     owner = [models[0] if plan.shared_base else models[i] for i in range(plan.num_agents)]  # the model of each agent
     if resize_embeddings:
@@ -105,6 +112,8 @@ def build_team(
         if i not in plan.trainable:
             for p in team.agent_parameters(i):
                 p.requires_grad_(False)
+    if kl_reference and team.all_adapters and not team.adapters_from_config:
+        team.copy_pretrained_adapters()
     return BuiltTeam(team, eos_token_ids)
 
 
@@ -179,15 +188,13 @@ def build_reference(accelerator, model, args, temperature: float) -> tuple[Agent
     The reference team is a frozen copy of every agent of the prepared `model`, taken before training, with fused heads
     of its own; None without a KL term, and for adapter teams, whose reference is on each agent (`AgentTeam.
     reference`): the base, adapter disabled, for adapters made fresh from `peft_config`; for PEFT models that arrived
-    with their adapters (trained, say, by SFT), a frozen copy of each adapter, added here, as GRPOTrainer adds its "ref"
-    adapter (`AgentTeam.copy_pretrained_adapters`).
+    with their adapters (trained, say, by SFT), the frozen copy of each adapter that `build_team` added, as
+    GRPOTrainer adds its "ref" adapter.
     """
     team = accelerator.unwrap_model(model)
     reference = None
     if args.beta != 0.0 and not team.all_adapters:
         reference = _frozen_copy(accelerator, team, args, temperature)
-    elif args.beta != 0.0 and not team.adapters_from_config:
-        team.copy_pretrained_adapters()
     return reference, reference_sync(accelerator, team, reference) if args.sync_ref_model else None
 
 
