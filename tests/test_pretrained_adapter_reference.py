@@ -179,7 +179,9 @@ def test_reference_stays_the_pretrained_adapter_after_a_step_and_a_resume(tmp_pa
     )
     for output in rows:
         assert_reference_is(output["agents"][0], start)
-    moved = [name for name in trainable if not torch.allclose(trainer.model.get_parameter(name), start.get_parameter(name))]
+    moved = [
+        name for name in trainable if not torch.allclose(trainer.model.get_parameter(name), start.get_parameter(name))
+    ]
     assert len(moved) > len(trainable) // 2  # the policy left the adapter it started from; its reference did not
 
     checkpoint = tmp_path / "run" / "checkpoint-1"

@@ -29,7 +29,9 @@ from __future__ import annotations
 import os
 
 
-def agent_card(index: int, num_agents: int, base_model: str | None, adapter: bool, folder_name: str | None = None) -> str:
+def agent_card(
+    index: int, num_agents: int, base_model: str | None, adapter: bool, folder_name: str | None = None
+) -> str:
     """The card of agent `index`, saved in a folder named `folder_name` (`agent_{index}` by default; a team of one may
     be saved in the output folder itself); `base_model` is a Hub id, or None when the base was a local folder (a path
     that means nothing on another machine is left out)."""
@@ -39,7 +41,9 @@ def agent_card(index: int, num_agents: int, base_model: str | None, adapter: boo
     on = f" on `{base_model}`" if base_model else ""
     kind = f"A LoRA adapter{on}" if adapter else f"A causal LM{' fine-tuned from' + on[3:] if base_model else ''}"
     loader = ("peft", "AutoPeftModelForCausalLM") if adapter else ("transformers", "AutoModelForCausalLM")
-    trained = f"{kind}, trained with MAGRPO (multi-agent GRPO) by [trl_multiagent](https://pypi.org/project/trl-multiagent/)"
+    trained = (
+        f"{kind}, trained with MAGRPO (multi-agent GRPO) by [trl_multiagent](https://pypi.org/project/trl-multiagent/)"
+    )
     if num_agents == 1:
         title, about = "# A model trained with MAGRPO", f"{trained}."
     else:
