@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import SEED_PROMPTS, assert_same_sgd_step
 from datasets import Dataset
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig
 from safetensors.torch import load_file
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.demo.testing import make_model
+from trl_multiagent.demo.testing import ALL_PROJECTIONS, make_model, with_trained_adapter
 
 
 COMMON = dict(
@@ -23,14 +23,11 @@ COMMON = dict(
     report_to="none", seed=7, beta=0.1, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant",
     max_grad_norm=0.0, use_cpu=True, bf16=False, save_strategy="no",
 )  # fmt: skip
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def pretrained(tokenizer, seed):
-    """A tiny model with a LoRA adapter that is not the identity (random A and B), as an SFT run leaves one."""
-    model = make_model(tokenizer, seed=seed)
-    torch.manual_seed(seed)
-    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, init_lora_weights=False))
+    """A tiny model with a LoRA adapter that is not the identity, as an SFT run leaves one."""
+    return with_trained_adapter(make_model(tokenizer, seed=seed), seed)
 
 
 def chars(completions, **kwargs):
@@ -140,7 +137,7 @@ def test_an_adapter_made_from_peft_config_keeps_the_base_as_its_reference(tmp_pa
     untouched = copy.deepcopy(base)
     trainer = MAGRPOTrainer(
         agents=[base], tokenizer=tokenizer, reward_funcs=chars,
-        peft_config=LoraConfig(r=4, target_modules=TARGETS, init_lora_weights=False),
+        peft_config=LoraConfig(r=4, target_modules=list(ALL_PROJECTIONS), init_lora_weights=False),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(output_dir=str(tmp_path), early_termination_threshold=None, **COMMON),
     )  # fmt: skip
