@@ -46,7 +46,7 @@ def test_single_agent_single_turn_equals_grpo(tmp_path, tokenizer, loss_type, sc
 
     ours_model = make_model(tokenizer, seed=3)
     ours = MAGRPOTrainer(
-        agents=[ours_model], tokenizer=tokenizer, reward_func=chars_reward, train_dataset=data,
+        model=[ours_model], processing_class=tokenizer, reward_funcs=chars_reward, train_dataset=data,
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **COMMON, **extra),
     )  # fmt: skip
     ours.train()
@@ -75,7 +75,7 @@ def test_one_agent_trains_modules_to_save_as_grpotrainer(tmp_path, tokenizer, mo
     before = {k: v.clone() for k, v in stock.model.state_dict().items()}
     stock.train()
     ours = MAGRPOTrainer(
-        model=make_model(tokenizer, seed=3), num_agents=1, tokenizer=tokenizer, reward_func=chars_reward,
+        model=make_model(tokenizer, seed=3), processing_class=tokenizer, reward_funcs=chars_reward,
         train_dataset=data, peft_config=lora(),
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), early_termination_threshold=None, **COMMON),
     )  # fmt: skip

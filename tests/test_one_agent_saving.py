@@ -38,7 +38,7 @@ def chars(completions, **kwargs):
 
 def ours(tmp_path, model, max_steps=1, trainer_class=MAGRPOTrainer, **kwargs):
     return trainer_class(
-        agents=[model], tokenizer=kwargs.pop("tokenizer"), reward_funcs=chars,
+        model=model, processing_class=kwargs.pop("tokenizer"), reward_funcs=chars,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}),
         args=MAGRPOConfig(output_dir=str(tmp_path), max_steps=max_steps, early_termination_threshold=None, **COMMON),
         **kwargs,
@@ -88,7 +88,7 @@ def test_one_adapter_agent_saves_its_adapter_where_grpotrainer_does(tmp_path, to
     )  # fmt: skip
     stock.save_model(str(tmp_path / "stock" / "final"))
     trainer = MAGRPOTrainer(
-        model=tiny_model_dir, num_agents=1, tokenizer=tokenizer, reward_funcs=chars, peft_config=lora,
+        model=tiny_model_dir, processing_class=tokenizer, reward_funcs=chars, peft_config=lora,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}),
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), max_steps=1, early_termination_threshold=None, **COMMON),
     )  # fmt: skip

@@ -14,7 +14,7 @@ from peft import LoraConfig
 from safetensors.torch import load_file
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint
 from trl_multiagent.demo.testing import ALL_PROJECTIONS, make_model, with_trained_adapter
 
 
@@ -88,7 +88,7 @@ def test_one_agents_reference_is_its_pretrained_adapter_as_grpotrainers(tmp_path
     recording(stock, stock_rows)
     stock.train()  # each trainer seeds when it is built: the second is built after the first has trained
     ours = MAGRPOTrainer(
-        agents=[ours_model], tokenizer=tokenizer, reward_funcs=chars, train_dataset=data,
+        model=ours_model, processing_class=tokenizer, reward_funcs=chars, train_dataset=data,
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), early_termination_threshold=None, **COMMON),
     )  # fmt: skip
     assert "ref" in ours_model.peft_config  # GRPOTrainer's name, so TRL code that looks for it finds it
@@ -115,7 +115,7 @@ def test_each_agent_of_a_peft_team_is_referenced_to_its_own_adapter(tmp_path, to
     agents = [pretrained(tokenizer, 3), pretrained(tokenizer, 4)]
     untouched = [copy.deepcopy(a) for a in agents]
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=lambda a, b: [len(x) / 10 for x in a],
+        model=agents, processing_class=tokenizer, reward_funcs=joint(lambda a, b: [len(x) / 10 for x in a]),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(output_dir=str(tmp_path), early_termination_threshold=None, **COMMON),
     )  # fmt: skip
@@ -136,7 +136,7 @@ def test_an_adapter_made_from_peft_config_keeps_the_base_as_its_reference(tmp_pa
     base = make_model(tokenizer, seed=3)
     untouched = copy.deepcopy(base)
     trainer = MAGRPOTrainer(
-        agents=[base], tokenizer=tokenizer, reward_funcs=chars,
+        model=base, processing_class=tokenizer, reward_funcs=chars,
         peft_config=LoraConfig(r=4, target_modules=list(ALL_PROJECTIONS), init_lora_weights=False),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(output_dir=str(tmp_path), early_termination_threshold=None, **COMMON),
@@ -155,7 +155,7 @@ def resumable_trainer(tmp_path, tokenizer, agent, max_steps):
         **{**COMMON, "max_steps": max_steps, "save_strategy": "steps", "save_steps": 1},
     )  # fmt: skip
     return MAGRPOTrainer(
-        agents=[agent], tokenizer=tokenizer, reward_funcs=chars, args=args,
+        model=agent, processing_class=tokenizer, reward_funcs=chars, args=args,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}),
     )  # fmt: skip
 

@@ -236,13 +236,13 @@ def main():
                 "peft_config": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"])}  # fmt: skip
     elif cli.one_agent:  # GRPOTrainer's case: `trainer.model` is the agent itself, not the team
         agent = make_model(tokenizer, seed=0, **size)
-        team = {"agents": [with_trained_adapter(agent) if cli.trained_adapter else agent]}
+        team = {"model": with_trained_adapter(agent) if cli.trained_adapter else agent}
     else:
-        team = {"agents": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
+        team = {"model": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
     trainer = trainer_class(
         **team,
-        tokenizer=tokenizer,
-        reward_func=eight_characters if cli.one_agent else length_ratio_reward,
+        processing_class=tokenizer,
+        reward_funcs=eight_characters if cli.one_agent else length_ratio_reward,
         external_transition=None if cli.one_agent else feedback,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 2}), args=args,
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,
