@@ -144,3 +144,32 @@ def test_the_evaluation_command_reads_both_layouts(tmp_path, tokenizer):
                     best_of_n=False, role_swap=False, progress=False)  # fmt: skip
     results = [ev.evaluate_team(str(tmp_path / folder), **settings)["runs"]["team"] for folder in ("flat", "nested")]
     assert results[0]["per_prompt"] == results[1]["per_prompt"] and results[0]["sampled_tokens"] > 0
+
+
+def test_the_comlrl_face_saves_one_agent_in_agent_0(tmp_path, tokenizer):
+    """CoMLRL's layout, kept by its face: `agent_0/` for a team of one, read back by resuming."""
+    from trl_multiagent import comlrl
+
+    def length(completions1):
+        return [float(len(c)) for c in completions1]
+
+    def trainer(output_dir, max_steps):
+        args = comlrl.MAGRPOConfig(
+            output_dir=str(output_dir), num_agents=1, num_turns=1, num_generations=2, max_new_tokens=4,
+            max_steps=max_steps, save_strategy="steps", save_steps=1, report_to="none", seed=0, use_cpu=True,
+        )  # fmt: skip
+        return comlrl.MAGRPOTrainer(
+            agents=[make_model(tokenizer, seed=3)], num_agents=1, tokenizer=tokenizer, reward_func=length,
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
+        )  # fmt: skip
+
+    full = trainer(tmp_path / "full", 2)
+    assert full.one_agent_in_agent_folder
+    full.train()
+    full.save_model(str(tmp_path / "final"))
+    assert not (tmp_path / "final" / "config.json").exists()
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final" / "agent_0")
+    torch.testing.assert_close(logits(loaded), logits(full.model), rtol=0, atol=0)
+    resumed = trainer(tmp_path / "resumed", 2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    torch.testing.assert_close(logits(resumed.model), logits(full.model), rtol=0, atol=0)
