@@ -128,6 +128,13 @@ def test_each_agent_of_a_peft_team_is_referenced_to_its_own_adapter(tmp_path, to
     with pytest.raises(AssertionError):  # the two adapters differ: each agent's reference is its own
         assert_reference_is(batches[1], untouched[0])
     assert trainer.state.log_history[0]["kl"] == 0.0
+    trainer.save_model(str(tmp_path / "saved"))
+    trainer.model.save_pretrained(str(tmp_path / "pretrained"))
+    for folder in ("saved", "pretrained"):  # each agent's own adapter, without its reference copy
+        for i in range(2):
+            saved = load_file(tmp_path / folder / f"agent_{i}" / "adapter_model.safetensors")
+            assert len(saved) == len([n for n in untouched[i].state_dict() if ".default." in n])
+            assert not any(".ref." in key for key in saved) and not (tmp_path / folder / f"agent_{i}" / "ref").exists()
 
 
 def test_an_adapter_made_from_peft_config_keeps_the_base_as_its_reference(tmp_path, tokenizer):

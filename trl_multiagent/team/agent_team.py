@@ -239,15 +239,24 @@ class AgentTeam(nn.Module):
 
     def save_pretrained(self, save_directory: str, **kwargs) -> None:
         """One agent: its own `save_pretrained` into `save_directory`, as GRPOTrainer's model; several:
-        `save_directory/agent_{i}/` each (the layout of `trainer.save_model`; a shared base writes each adapter)."""
+        `save_directory/agent_{i}/` each (the layout of `trainer.save_model`; a shared base writes each adapter). An
+        adapter agent writes its own adapter, not the frozen reference copy beside it (`copy_pretrained_adapters`)."""
         if self.num_agents == 1:
-            self.agent(0).save_pretrained(save_directory, **kwargs)
+            self.agent(0).save_pretrained(save_directory, **self._own_adapter(0, kwargs))
             return
         for i in range(self.num_agents):
             if self.is_shared_base:  # PEFT writes a named adapter into `<dir>/<name>/`
                 self.agents[0].save_pretrained(save_directory, selected_adapters=[self.adapter_names[i]], **kwargs)
             else:
-                self.agents[i].save_pretrained(os.path.join(save_directory, f"agent_{i}"), **kwargs)
+                self.agents[i].save_pretrained(
+                    os.path.join(save_directory, f"agent_{i}"), **self._own_adapter(i, kwargs)
+                )
+
+    def _own_adapter(self, index: int, kwargs: dict) -> dict:
+        """`save_pretrained`'s keywords for agent `index`: its own adapter selected, unless the caller chose."""
+        if not _is_peft(self.agent(index)) or "selected_adapters" in kwargs:
+            return kwargs
+        return {**kwargs, "selected_adapters": [self.adapter_name(index)]}
 
     # What Trainer and GRPOTrainer read from "the model". `config` and `generation_config` are the first agent's: they
     # only serve code that expects one (model card, DeepSpeed bucket sizes); per-agent settings are read from each agent.
