@@ -379,8 +379,8 @@ class TeamCheckpointing:
         return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`), and each agent's adaptive entropy
-        coefficient where the checkpoint has them."""
+        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`), and each agent's
+        adaptive entropy coefficient where the checkpoint has them."""
         load_team(self.team, resume_from_checkpoint)
         path, control = (
             os.path.join(resume_from_checkpoint, ENTROPY_STATE_NAME),
