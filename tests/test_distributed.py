@@ -235,20 +235,28 @@ def test_a_trained_adapters_reference_under_zero3_is_its_frozen_copy(tmp_path):
     """One PEFT model with a trained adapter, beta > 0: under ZeRO-3 as under DDP its reference is the frozen copy of
     the adapter ("ref"): KL 0 at the first step, the same weights after two, the copy still the adapter it arrived
     with while the adapter moved, and the saved adapter (from the gathered state dict) the trained one, without the
-    copy."""
+    copy. Resumed from the first step's checkpoint, the run ends on the same weights, its copy still the adapter it
+    arrived with."""
     pytest.importorskip("deepspeed")
     from safetensors.torch import load_file
 
     from trl_multiagent.demo.testing import with_trained_adapter
 
     common = ("--max_steps", 2, "--one_agent", "--trained_adapter", "--beta", 0.1)
+    zero3_args = ("--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"), "--save_steps", 1)
     ddp_info, ddp = finished(tmp_path / "ddp", *common)
-    info, zero3 = finished(tmp_path / "zero3", *common, "--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"))
+    info, zero3 = finished(tmp_path / "zero3", *common, *zero3_args)
     assert info["distributed_type"] == "DistributedType.DEEPSPEED"
     for run in (ddp_info, info):
         assert [h["kl"] for h in run["log_history"] if "kl" in h][0] == 0.0
     assert_same(zero3[0], zero3[1], rtol=0, atol=0)
     assert_same(zero3[0], ddp[0], rtol=1e-5, atol=1e-5)  # as the shared-base LoRA runs: summation order, ~1e-6
+    checkpoint = tmp_path / "zero3" / "checkpoint-1"
+    assert not (checkpoint / "ref").exists() and not any(
+        ".ref." in k for k in load_file(checkpoint / "adapter_model.safetensors")
+    )
+    _, resumed = finished(tmp_path / "resumed", *common, *zero3_args, "--resume", checkpoint)
+    assert_same(resumed[0], zero3[0], rtol=1e-5, atol=1e-6)
     start = dict(with_trained_adapter(make_model(make_tokenizer(), seed=0)).named_parameters())
     adapter = [name for name in start if ".default." in name]
     for name in adapter:
