@@ -68,12 +68,10 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
     Args (GRPOTrainer's, in its order, then the team's own):
-        model: one model or id (one agent, as GRPOTrainer; with `num_agents=N`, N copies of it, and with
-            `peft_config` one shared base with an adapter per agent), or a list with one per agent (heterogeneous
-            allowed).
-        reward_funcs: reward callables or models, weighted by `args.reward_weights`: joint (a list of completions per
-            agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`. The convention is read
-            from the signature, or stated with `joint`, `per_agent`, `per_joint_action`.
+        model: one model or id (one agent, as GRPOTrainer; with `num_agents=N`, N copies, and with `peft_config` one
+            base with an adapter per agent), or a list with one per agent (heterogeneous allowed).
+        reward_funcs: joint rewards (a list of completions per agent) or TRL's (each agent scored, combined by
+            `args.agent_reward_aggregation`): read from the signature, or stated (`joint`, `per_agent`, ...).
         processing_class: one tokenizer for every agent, or one per agent.
         reward_processing_classes, quantization_config, peft_config (one, or one per agent), callbacks, optimizers,
         rollout_func (refused, with the reason): GRPOTrainer's.
@@ -84,7 +82,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
 
-    CoMLRL 1.4.3's names and defaults are `trl_multiagent.comlrl.MAGRPOTrainer`'s, a subclass of this one.
+    CoMLRL 1.4.3's names and defaults: `trl_multiagent.comlrl.MAGRPOTrainer`, a subclass of this one.
 
     Example:
 
@@ -271,7 +269,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             table = completion_log_rows(tree, advantages, self.task)
             self._logs = completion_logs(gather_object(table))
-        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. the CoMLRL face's eval_logger
+        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. the CoMLRL face's evaluation metrics
             self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))
         return {"agents": agent_batches}
 
