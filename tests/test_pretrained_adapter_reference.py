@@ -203,3 +203,17 @@ def test_reference_stays_the_pretrained_adapter_after_a_step_and_a_resume(tmp_pa
     for name, p in trainer.model.named_parameters():
         torch.testing.assert_close(resumed.model.get_parameter(name), p, rtol=0, atol=1e-6, msg=name)
     assert not any(os.path.exists(tmp_path / "run" / f"checkpoint-{s}" / "ref") for s in (1, 2))
+
+
+@pytest.mark.parametrize("team", ["one", "copies", "list"])
+def test_a_peft_model_with_peft_config_is_refused_as_grpotrainer_refuses(tmp_path, tokenizer, team):
+    """A second adapter would wrap the trained one (GRPOTrainer refuses the pair); refused before anything trains."""
+    agent = pretrained(tokenizer, 3)
+    model = {"one": {"model": agent}, "copies": {"model": agent, "num_agents": 2}, "list": {"model": [agent, agent]}}
+    reward = chars if team == "one" else joint(lambda a, b: [0.0] * len(a))
+    with pytest.raises(ValueError, match=r"model(\[0\])? is a `PeftModel` and `peft_config` was given too"):
+        MAGRPOTrainer(
+            **model[team], processing_class=tokenizer, reward_funcs=reward, peft_config=LoraConfig(r=4),
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+            args=MAGRPOConfig(output_dir=str(tmp_path), early_termination_threshold=None, **COMMON),
+        )  # fmt: skip

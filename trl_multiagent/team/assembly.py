@@ -63,6 +63,8 @@ def plan_team(model, num_agents, tokenizer, peft_config, trainable_agents, confi
     for spec, label in zip(specs, labels, strict=True):
         _check_spec(spec, label)
     trainable = _trainable_list(trainable_agents, n)
+    if peft_configs is not None:
+        _check_no_adapter_on_adapter(specs, labels)
     # Several agents copied from one model share its base, one adapter each; one agent is GRPOTrainer's PEFT model.
     shared_base = peft_configs is not None and not several and n > 1
     if shared_base and any(getattr(c, "modules_to_save", None) for c in peft_configs):
@@ -312,6 +314,21 @@ def _check_spec(spec, label: str) -> None:
             f"MAGRPOTrainer: {label} = {spec!r} could not be loaded: no such folder. Give the folder the model was "
             "saved in (`save_pretrained`), or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
         )
+
+
+def _check_no_adapter_on_adapter(specs: list, labels: list[str]) -> None:
+    """`peft_config` with a model that is already a PEFT model is refused, as GRPOTrainer refuses it: a second adapter
+    would wrap the first, which would go on acting, untrained, under it."""
+    from peft import PeftModel
+
+    for spec, label in zip(specs, labels, strict=True):
+        if isinstance(spec.model if isinstance(spec, _Copy) else spec, PeftModel):
+            raise ValueError(
+                f"MAGRPOTrainer: {label} is a `PeftModel` and `peft_config` was given too, as GRPOTrainer refuses: "
+                "the new adapter would wrap the one the model has. To train the adapter it has, leave `peft_config` "
+                "out (with `beta != 0` its frozen copy is the reference); for a new adapter, first merge and unload "
+                "the existing one (`merge_and_unload()`), and pass that base model with `peft_config`."
+            )
 
 
 def _from_pretrained(load, source: str, what: str, fix: str = ""):
