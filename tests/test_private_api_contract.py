@@ -109,6 +109,10 @@ PEFT
   after `set_adapter(name)`); assigning `[name]` routes the layer through adapter `name`, as `set_adapter` does, but
   changes no `requires_grad` (every agent's adapter stays trainable). With it the package sets the tuner's plain
   `active_adapter` attribute, which `PeftModel.active_adapters` reads.
+- `AuxiliaryTrainingWrapper._active_adapter` (`peft.utils.other`) -- team/agent_team.py (`_point_adapters`, `reference`)
+  -- a `modules_to_save` wrapper holds its active adapter's name (a string, after `set_adapter`); assigning another
+  name routes the module through that adapter's copy (`modules_to_save[name]`, as `add_adapter` makes it), its
+  `weight` included, and changes no `requires_grad`: the frozen "ref" copy of an adapter runs without training it.
 
 vLLM (tests marked `vllm`; one in-process engine, `VLLM_ENABLE_V1_MULTIPROCESSING=0`, as the colocate backend builds it)
 
@@ -773,6 +777,34 @@ def test_active_adapter_routes_each_layer_without_touching_requires_grad():
     assert all(layer._active_adapter == ["agent_0"] for layer in layers)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, outputs["agent_0"])
+
+
+@contract("peft", "AuxiliaryTrainingWrapper._active_adapter", used_in="team/agent_team.py")
+def test_a_modules_to_save_wrapper_runs_the_copy_it_is_pointed_to_without_touching_requires_grad():
+    from peft import LoraConfig, get_peft_model
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["lm_head"], init_lora_weights=False)
+    model = get_peft_model(make_model(make_tokenizer()), config)
+    model.add_adapter("ref", config)
+    wrappers = [m for m in model.modules() if isinstance(m, AuxiliaryTrainingWrapper)]
+    (head,) = wrappers
+    assert head._active_adapter == "default" and set(head.modules_to_save) == {"default", "ref"}
+    with torch.no_grad():
+        head.modules_to_save["ref"].weight.mul_(2.0)
+    requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        policy = model(input_ids=ids).logits
+        head._active_adapter = "ref"  # as `_point_adapters`
+        assert head.weight is head.modules_to_save["ref"].weight  # what the fused log-prob head reads
+        pointed = model.get_base_model().lm_head(torch.ones(1, head.in_features))
+        expected = torch.ones(1, head.in_features) @ head.modules_to_save["ref"].weight.T
+        torch.testing.assert_close(pointed, expected)
+        head._active_adapter = "default"
+        torch.testing.assert_close(model(input_ids=ids).logits, policy)
+    assert {name: p.requires_grad for name, p in model.named_parameters()} == requires_grad
 
 
 # ====================================================================== torch

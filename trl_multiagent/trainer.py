@@ -57,8 +57,9 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
       that continue it (`share_prompts`, as does the prefill of `generate`);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
     - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
-    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, `_load_from_checkpoint`
-      reads them back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
+    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, and a team of one
+      into the folder itself as GRPOTrainer (the class attribute `one_agent_in_agent_folder = True` keeps `agent_0/`,
+      CoMLRL's layout); `_load_from_checkpoint` reads either layout back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
       `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
     - `train`, `evaluate` and `_remove_unused_columns` (`environment_lifecycle`): the environments' instances are
       closed at the end, and every dataset column is kept for them;
@@ -145,7 +146,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
         reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
-        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
+        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.task.joint_reward.funcs, args)
         with arguments.grpo_trainer_settings(args, self.task.joint_reward.weights):

@@ -67,9 +67,11 @@ class MAGRPOTrainer(TRLFaceTrainer):
     - `_generate_and_score_completions` counts the joint actions scored in training (`env_step`);
     - CoMLRL's public attributes (`agents`, `tokenizer`, `optimizers`, `reference_models`, `env_step`, ...) are read
       from the trainer's state (docs/from_comlrl.md).
+    - saving keeps CoMLRL's layout, `agent_{i}/` even for one agent (`one_agent_in_agent_folder`).
     """
 
     points_to_comlrl_face = False  # a refused argument here gets the closest names (`keywords`)
+    one_agent_in_agent_folder = True  # CoMLRL saves each agent into `agent_{i}/`, one agent too (`checkpoint`)
 
     def __init__(
         self,

@@ -133,8 +133,7 @@ def build_trainer(
             trainer = MAGRPOTrainer(model=[team.bases[s] for s in seats], peft_config=configs, **kwargs)
         built = trainer.team
         for seat, agent in enumerate(seats):
-            name = built.adapter_names[seat] if built.is_shared_base else "default"
-            load_adapter_weights(built.agent(seat), team.agent_dirs[agent], name)
+            load_adapter_weights(built.agent(seat), team.agent_dirs[agent], built.adapter_name(seat))
     trainer.model.eval()
     return trainer
 
