@@ -33,7 +33,7 @@ def test_arithmetic_answer_and_questions():
     assert tasks.arithmetic_correct("36 + 1 = 37", 37) == 1.0  # the number after '=' (not the first operand)
     assert tasks.arithmetic_correct("37", 37) == 1.0 and tasks.arithmetic_correct("It is 38.", 37) == 0.0
     task = tasks.arithmetic_task("add_2digit_1digit", 12)
-    assert len(task.held_out_rows) == 48 and len(task.train_rows) == 256
+    assert len(task.held_out_rows) == 32 and len(task.train_rows) == 256
     assert not {r["question"] for r in task.held_out_rows} & {r["question"] for r in task.train_rows}
     for row in task.held_out_rows:
         a, b = (int(x) for x in row["question"].removeprefix("What is ").removesuffix("?").split(" + "))
@@ -107,7 +107,7 @@ def test_smoke_parts_merge_into_one_report(smoke_results):
 def test_smoke_budgets_and_evaluation_counts(smoke_results):
     per_part = {"writing": command.SIZES["smoke"]["writing_tokens"],
                 "arithmetic": command.SIZES["smoke"]["arithmetic_tokens"]}  # fmt: skip
-    held_out = {"writing": 16, "arithmetic": 48}
+    held_out = {"writing": 16, "arithmetic": 32}
     for task, by_side in report.read_parts(smoke_results).items():
         step_caps = set()
         for side, results in by_side.items():

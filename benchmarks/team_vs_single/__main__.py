@@ -35,7 +35,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The arithmetic kind the screen chose (results/screen.md): the untrained model is right 10-50% of the time.
-ARITHMETIC_KIND = "add_2digit_1digit"
+ARITHMETIC_KIND = "mul_1digit"
+ARITHMETIC_TEMPERATURE = 1.0
 SIZES = {
     # tokens per part (writing: per agent; the single agent writes twice that) and per turn (arithmetic); generated
     # tokens per run, per task; sampled answers per held-out row in evaluation
@@ -61,14 +62,14 @@ def make_task(name: str, cli):
 
     if name == "writing":
         return writing_task(cli.writing_tokens)
-    return arithmetic_task(cli.arithmetic_kind, cli.arithmetic_tokens)
+    return arithmetic_task(cli.arithmetic_kind, cli.arithmetic_tokens, cli.arithmetic_temperature)
 
 
 def task_settings(name: str, cli, model_desc: str) -> dict:
-    from .sides import LORA, NUM_GENERATIONS, PROMPTS_PER_STEP, TEMPERATURE
+    from .sides import LORA, NUM_GENERATIONS, PROMPTS_PER_STEP
 
     settings = {"model": model_desc, "token_budget": cli.token_budget[name], "eval_samples": cli.eval_samples,
-                "num_generations": NUM_GENERATIONS, "prompts_per_step": PROMPTS_PER_STEP, "temperature": TEMPERATURE,
+                "num_generations": NUM_GENERATIONS, "prompts_per_step": PROMPTS_PER_STEP, "temperature": make_task(name, cli).temperature,
                 "lora": f"r={LORA['r']} alpha={LORA['lora_alpha']} {LORA['target_modules']}"}  # fmt: skip
     if name == "writing":
         settings["tokens_per_part"] = cli.writing_tokens
@@ -82,8 +83,7 @@ def check_settings(results: str, task: str, settings: dict) -> None:
     path = os.path.join(results, task, "settings.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if not os.path.exists(path):
-        with open(path, "w") as f:
-            json.dump(settings, f, indent=1)
+        write_json(path, settings)
         return
     with open(path) as f:
         recorded = json.load(f)
@@ -139,24 +139,39 @@ def run_screen(cli, model_path: str) -> None:
 
     from .generation import load_agent
     from .screen import screen, screen_table
+    from .tasks import ARITHMETIC_KINDS
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     load = os.getloadavg()
     start = time.perf_counter()
     rows = screen(load_agent(model_path), tokenizer, max_new_tokens=cli.arithmetic_tokens,
-                  temperatures=[0.0, 1.0], samples=4, seed=0, questions=cli.screen_questions)  # fmt: skip
-    seconds = time.perf_counter() - start
-    write_json(os.path.join(cli.results, "screen.json"), {"rows": rows, "load_average_before": load,
-                                                           "load_average_after": os.getloadavg(), "seconds": seconds})  # fmt: skip
+                  temperatures=cli.screen_temperatures, samples=4, seed=0, questions=cli.screen_questions,
+                  kinds=cli.screen_kinds)  # fmt: skip
+    this_pass = {"temperatures": cli.screen_temperatures, "seconds": time.perf_counter() - start,
+                 "load_average_before": load, "load_average_after": os.getloadavg()}  # fmt: skip
+    # Passes at other temperatures add to the screen; a (kind, temperature) screened again replaces its row.
+    path = os.path.join(cli.results, "screen.json")
+    screened = {"rows": [], "passes": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            screened = json.load(f)
+    new = {(r["kind"], r["temperature"]) for r in rows}
+    rows = [r for r in screened["rows"] if (r["kind"], r["temperature"]) not in new] + rows
+    rows.sort(key=lambda r: (list(ARITHMETIC_KINDS).index(r["kind"]), r["temperature"]))
+    passes = screened.get("passes", []) + [this_pass]
+    write_json(path, {"rows": rows, "passes": passes})
     with open(os.path.join(cli.results, "screen.md"), "w") as f:
         f.write(f"Screen of the arithmetic kinds on the untrained model ({cli.arithmetic_tokens} new tokens, chat "
-                f"template; {seconds:.0f} s; load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after):\n\n"
-                + screen_table(rows) + "\n")  # fmt: skip
+                "template). Passes: " + "; ".join(
+                    f"temperatures {p['temperatures']}, {p['seconds']:.0f} s, load average "
+                    f"{p['load_average_before'][0]:.1f} before, {p['load_average_after'][0]:.1f} after"
+                    for p in passes) + ".\n\n" + screen_table(rows) + "\n")  # fmt: skip
     print(screen_table(rows))
 
 
 def main(argv=None) -> None:
     from .sides import SIDES
+    from .tasks import ARITHMETIC_KINDS
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.team_vs_single", description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(SIDES), choices=list(SIDES))
@@ -174,13 +189,18 @@ def main(argv=None) -> None:
     parser.add_argument("--writing_tokens", type=int, default=None, help="tokens per part (writing)")
     parser.add_argument("--arithmetic_tokens", type=int, default=None, help="tokens per turn (arithmetic)")
     parser.add_argument("--eval_samples", type=int, default=None, help="sampled answers per held-out row")
-    parser.add_argument("--arithmetic_kind", default=ARITHMETIC_KIND)
+    parser.add_argument("--arithmetic_kind", default=ARITHMETIC_KIND, choices=list(ARITHMETIC_KINDS))
+    parser.add_argument("--arithmetic_temperature", type=float, default=ARITHMETIC_TEMPERATURE,
+                        help="sampling temperature of the arithmetic task (training and evaluation)")  # fmt: skip
     parser.add_argument("--lr", default="auto", help="'auto' (the tries' rule) or one rate for every side")
     parser.add_argument("--lr_tries", nargs="+", type=float, default=None, help="run these learning-rate tries")
     parser.add_argument("--try_budget", type=int, default=None, help="generated tokens per try (default: budget/2)")
     parser.add_argument("--try_seed", type=int, default=100)
-    parser.add_argument("--screen", action="store_true", help="run the arithmetic screen")
+    parser.add_argument("--screen", action="store_true", help="run the arithmetic screen (and no part)")
     parser.add_argument("--screen_questions", type=int, default=24, help="held-out questions per kind in the screen")
+    parser.add_argument("--screen_temperatures", nargs="+", type=float, default=[0.0, 1.0], help="0: greedy")
+    parser.add_argument("--screen_kinds", nargs="+", default=None, choices=list(ARITHMETIC_KINDS),
+                        help="the kinds to screen (default: all)")  # fmt: skip
     parser.add_argument("--report_only", action="store_true", help="only merge the results folder's parts")
     parser.add_argument("--overwrite", action="store_true", help="rerun parts whose result files exist")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -224,8 +244,9 @@ def main(argv=None) -> None:
                 model_path = model_desc = cli.model
             if cli.screen:
                 run_screen(cli, model_path)
-            for task_name in cli.tasks:
-                run_task(cli, task_name, model_path, model_desc)
+            else:
+                for task_name in cli.tasks:
+                    run_task(cli, task_name, model_path, model_desc)
     path, _ = write_report(cli.results, header)
     print(f"Report: {path}")
 
@@ -233,8 +254,6 @@ def main(argv=None) -> None:
 def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
     from .sides import SIDES, run_part
 
-    if cli.screen and cli.lr_tries is None and cli.sides is None and cli.seeds == [0, 1, 2]:
-        return  # `--screen` alone runs the screen only
     check_settings(cli.results, task_name, task_settings(task_name, cli, model_desc))
     task = make_task(task_name, cli)
     sides = [s for s in SIDES[task_name] if cli.sides is None or s in cli.sides]

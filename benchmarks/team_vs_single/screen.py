@@ -17,10 +17,18 @@ from .tasks import ARITHMETIC_KINDS, arithmetic_correct, arithmetic_prompt, arit
 
 
 def screen(
-    model, tokenizer, *, max_new_tokens: int, temperatures: list[float], samples: int, seed: int, questions: int
+    model,
+    tokenizer,
+    *,
+    max_new_tokens: int,
+    temperatures: list[float],
+    samples: int,
+    seed: int,
+    questions: int,
+    kinds: list[str] | None = None,
 ) -> list[dict]:
     rows = []
-    for kind in ARITHMETIC_KINDS:
+    for kind in kinds or ARITHMETIC_KINDS:
         questions_of_kind = arithmetic_task(kind, max_new_tokens).held_out_rows[:questions]
         prompts = [arithmetic_prompt(q["question"]) for q in questions_of_kind]
         for temperature in temperatures:

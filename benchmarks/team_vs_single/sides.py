@@ -10,7 +10,7 @@ evaluated on the held-out rows with one protocol per side.
 | arithmetic | `team` | `MAGRPOTrainer` | 2 x 2 | both agents' answers each turn (the second turn's are final) |
 
 Every side: the embedded model (or `model_path`), one LoRA adapter per agent (r=16, alpha 32, all linear layers; the
-team's two adapters share one frozen base), K=4 answers per prompt, 2 prompts per step, temperature 1.0, top_p 1.0,
+team's two adapters share one frozen base), K=4 answers per prompt, 2 prompts per step, the task's temperature, top_p 1.0,
 no top-k, TRL's default loss (`dapo`, beta 0), a constant learning rate, and training stops after the first step at
 which the run's generated tokens reach the budget. Our trainer's multi-turn sides continue only each node's best
 joint answer to turn 2 (`branching="best"`, AT-GRPO's tree), with early termination off
@@ -51,7 +51,6 @@ TRAINERS = {
 }
 NUM_GENERATIONS = 4
 PROMPTS_PER_STEP = 2
-TEMPERATURE = 1.0
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
 
 
@@ -116,7 +115,7 @@ def build_trainer(task: Task, side: str, *, model_path: str, seed: int, learning
     common = dict(
         output_dir=output_dir, learning_rate=learning_rate, lr_scheduler_type="constant", warmup_steps=0,
         per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS, num_generations=NUM_GENERATIONS,
-        max_completion_length=max_tokens, temperature=TEMPERATURE, top_p=1.0, top_k=0, max_steps=10**6,
+        max_completion_length=max_tokens, temperature=task.temperature, top_p=1.0, top_k=0, max_steps=10**6,
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, seed=seed, bf16=False,
         use_cpu=True, **{ACTIVATION_CHECKPOINTING: False},  # TRL turns it on; on a CPU it only costs time
     )  # fmt: skip
@@ -225,7 +224,7 @@ def evaluate(task: Task, side: str, agents: list, tokenizer, *, samples: int, se
     size = completion_tokens(task.name, side, task.tokens_per_part)
 
     def gen(model, texts, salt):
-        return generate_texts(model, tokenizer, texts, samples=samples, max_new_tokens=size, temperature=TEMPERATURE,
+        return generate_texts(model, tokenizer, texts, samples=samples, max_new_tokens=size, temperature=task.temperature,
                               seed=seed * 1000 + salt)  # fmt: skip
 
     def per_row(values):  # a list of per-sample lists -> one mean per row

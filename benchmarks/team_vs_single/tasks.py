@@ -127,26 +127,29 @@ def arithmetic_correct(completion: str, answer: int) -> float:
 
 @dataclass(frozen=True)
 class Task:
-    """A task's name, its training and held-out rows, and the tokens one agent may write per turn."""
+    """A task's name, its training and held-out rows, the tokens one agent may write per turn, and the sampling
+    temperature of training and evaluation."""
 
     name: str
     train_rows: list[dict]
     held_out_rows: list[dict]
     tokens_per_part: int
+    temperature: float
 
 
-def writing_task(tokens_per_part: int, held_out: int = 16) -> Task:
-    """Training topics and held-out topics are disjoint halves of KEYWORD_TOPICS (24 / 16 by default)."""
+def writing_task(tokens_per_part: int, temperature: float = 1.0, held_out: int = 16) -> Task:
+    """Training topics and held-out topics are disjoint parts of KEYWORD_TOPICS (24 / 16 by default)."""
     rows = [{"keyword": k, "topic": t} for k, t in KEYWORD_TOPICS]
-    return Task("writing", rows[:-held_out], rows[-held_out:], tokens_per_part)
+    return Task("writing", rows[:-held_out], rows[-held_out:], tokens_per_part, temperature)
 
 
-def arithmetic_task(kind: str, tokens_per_part: int, held_out: int = 48, train: int = 256) -> Task:
+def arithmetic_task(kind: str, tokens_per_part: int, temperature: float = 1.0, held_out: int = 32,
+                    train: int = 256) -> Task:  # fmt: skip
     """Held-out questions are drawn apart from the training questions (none is both); a kind with few distinct
     questions (one-digit operands) trains on those the held-out ones leave."""
     train = min(train, distinct_questions(kind) - held_out)
     rows = arithmetic_questions(kind, train + held_out, seed=1234)
-    return Task("arithmetic", rows[:train], rows[train:], tokens_per_part)
+    return Task("arithmetic", rows[:train], rows[train:], tokens_per_part, temperature)
 
 
 # ---------------------------------------------------------------------- what each side is asked (chat user messages)
