@@ -18,9 +18,9 @@ import json
 import math
 import os
 
-from trl_multiagent.evaluation.statistics import mean_ci, t_quantile
+from trl_multiagent.evaluation import mean_ci, t_quantile
 
-from .sides import SIDES
+from .sides import SIDE_NOTES, SIDES
 
 
 def read_parts(results: str) -> dict:
@@ -156,6 +156,7 @@ def report_text(summary: dict, header: list[str]) -> str:
         if "settings" in entry:
             lines.append("Settings: " + ", ".join(f"{k} {v}" for k, v in entry["settings"].items()) + ".")
             lines.append("")
+        lines += [f"- `{side}`: {SIDE_NOTES[task, side]}." for side in SIDES[task]] + [""]
         lines += task_table(task, entry)
         lines.append("")
         if "team_vs_single" in entry:

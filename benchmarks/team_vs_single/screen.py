@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from trl_multiagent.evaluation.statistics import mean_ci
+from trl_multiagent.evaluation import mean_ci
 
 from .generation import generate_texts
 from .tasks import ARITHMETIC_KINDS, arithmetic_correct, arithmetic_prompt, arithmetic_task

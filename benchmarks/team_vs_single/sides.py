@@ -49,6 +49,17 @@ TRAINERS = {
     "revise": "trl_multiagent.MAGRPOTrainer",
     "team": "trl_multiagent.MAGRPOTrainer",
 }
+# What each side is, for the report; the team features that may make a difference are named.
+SIDE_NOTES = {
+    ("writing", "single"): "trl.GRPOTrainer, one LoRA adapter, both parts in one completion of 2T tokens split at ###",
+    ("writing", "team"): "MAGRPOTrainer, 2 agents with one LoRA adapter each on one shared frozen base, one part "
+    "each, T tokens per agent",
+    ("arithmetic", "single"): "trl.GRPOTrainer, one LoRA adapter, one turn",
+    ("arithmetic", "revise"): "MAGRPOTrainer, one agent (one LoRA adapter), answer then revise over 2 turns, "
+    "best-only branching",
+    ("arithmetic", "team"): "MAGRPOTrainer, 2 agents with one LoRA adapter each on one shared frozen base, answer "
+    "then check over 2 turns, best-only branching",
+}
 NUM_GENERATIONS = 4
 PROMPTS_PER_STEP = 2
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
@@ -223,9 +234,9 @@ def evaluate(task: Task, side: str, agents: list, tokenizer, *, samples: int, se
     rows = task.held_out_rows
     size = completion_tokens(task.name, side, task.tokens_per_part)
 
-    def gen(model, texts, salt):
-        return generate_texts(model, tokenizer, texts, samples=samples, max_new_tokens=size, temperature=task.temperature,
-                              seed=seed * 1000 + salt)  # fmt: skip
+    def gen(model, texts, salt, per_text=samples):
+        return generate_texts(model, tokenizer, texts, samples=per_text, max_new_tokens=size,
+                              temperature=task.temperature, seed=seed * 1000 + salt)  # fmt: skip
 
     def per_row(values):  # a list of per-sample lists -> one mean per row
         return [sum(v) / len(v) for v in values]
@@ -247,13 +258,13 @@ def evaluate(task: Task, side: str, agents: list, tokenizer, *, samples: int, se
         return {"final": per_row(score(first[0]))}
     if side == "revise":
         flat = [arithmetic_revise_prompt(q, a) for q, texts in zip(questions, first[0], strict=True) for a in texts]
-        second = gen(agents[0], flat, 10)
+        second = gen(agents[0], flat, 10, per_text=1)  # one second answer continues each first one
         second = [[t[0] for t in second[i * samples : (i + 1) * samples]] for i in range(len(rows))]
         return {"turn_1": per_row(score(first[0])), "final": per_row(score(second))}
     # the team: sample j of agent 0 and sample j of agent 1 form joint answer j
     prompts = [arithmetic_check_prompts(q, [a, b]) for q, t0, t1 in zip(questions, *first, strict=True)
                for a, b in zip(t0, t1, strict=True)]  # fmt: skip
-    second = [gen(agents[i], [p[i] for p in prompts], 10 + i) for i in range(2)]
+    second = [gen(agents[i], [p[i] for p in prompts], 10 + i, per_text=1) for i in range(2)]
     second = [[[t[0] for t in s[k * samples : (k + 1) * samples]] for k in range(len(rows))] for s in second]
     team = lambda answers_0, answers_1: [[(x + y) / 2 for x, y in zip(a, b, strict=True)]  # noqa: E731
                                          for a, b in zip(score(answers_0), score(answers_1), strict=True)]  # fmt: skip
