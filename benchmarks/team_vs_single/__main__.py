@@ -35,7 +35,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The arithmetic kind the screen chose (results/screen.md): the untrained model is right 10-50% of the time.
-ARITHMETIC_KIND = "mul_1digit"
+ARITHMETIC_KIND = "add_1digit"
 ARITHMETIC_TEMPERATURE = 1.0
 SIZES = {
     # tokens per part (writing: per agent; the single agent writes twice that) and per turn (arithmetic); generated
@@ -129,9 +129,10 @@ def chosen_learning_rate(results: str, task: str, side: str) -> tuple[float, lis
 
 def write_json(path: str, data: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
+    partial = f"{path}.{os.getpid()}.tmp"  # one per process: parts run side by side may write the same file
+    with open(partial, "w") as f:
         json.dump(data, f, indent=1)
-    os.replace(path + ".tmp", path)  # a part killed mid-write leaves no file, and is run again
+    os.replace(partial, path)  # a part killed mid-write leaves no file, and is run again
 
 
 def run_screen(cli, model_path: str) -> None:
