@@ -139,7 +139,7 @@ def run_screen(cli, model_path: str) -> None:
     from transformers import AutoTokenizer
 
     from .generation import load_agent
-    from .screen import screen, screen_table
+    from .screen import screen, screen_markdown, screen_table
     from .tasks import ARITHMETIC_KINDS
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -148,7 +148,7 @@ def run_screen(cli, model_path: str) -> None:
     rows = screen(load_agent(model_path), tokenizer, max_new_tokens=cli.arithmetic_tokens,
                   temperatures=cli.screen_temperatures, samples=4, seed=0, questions=cli.screen_questions,
                   kinds=cli.screen_kinds)  # fmt: skip
-    this_pass = {"temperatures": cli.screen_temperatures, "seconds": time.perf_counter() - start,
+    this_pass = {"kinds": cli.screen_kinds or list(ARITHMETIC_KINDS), "temperatures": cli.screen_temperatures, "seconds": time.perf_counter() - start,
                  "load_average_before": load, "load_average_after": os.getloadavg()}  # fmt: skip
     # Passes at other temperatures add to the screen; a (kind, temperature) screened again replaces its row.
     path = os.path.join(cli.results, "screen.json")
@@ -162,11 +162,7 @@ def run_screen(cli, model_path: str) -> None:
     passes = screened.get("passes", []) + [this_pass]
     write_json(path, {"rows": rows, "passes": passes})
     with open(os.path.join(cli.results, "screen.md"), "w") as f:
-        f.write(f"Screen of the arithmetic kinds on the untrained model ({cli.arithmetic_tokens} new tokens, chat "
-                "template). Passes: " + "; ".join(
-                    f"temperatures {p['temperatures']}, {p['seconds']:.0f} s, load average "
-                    f"{p['load_average_before'][0]:.1f} before, {p['load_average_after'][0]:.1f} after"
-                    for p in passes) + ".\n\n" + screen_table(rows) + "\n")  # fmt: skip
+        f.write(screen_markdown(rows, passes, cli.arithmetic_tokens, cli.screen_questions))
     print(screen_table(rows))
 
 

@@ -49,6 +49,17 @@ def screen(
     return rows
 
 
+def screen_markdown(rows: list[dict], passes: list[dict], max_new_tokens: int, questions: int) -> str:
+    """screen.md: the passes (kinds, temperatures, seconds, 1-minute load averages), then the table."""
+    runs = "; ".join(
+        f"kinds {p['kinds']}, temperatures {p['temperatures']}, {p['seconds']:.0f} s, load average "
+        f"{p['load_average_before'][0]:.1f} before, {p['load_average_after'][0]:.1f} after"
+        for p in passes
+    )
+    return (f"Screen of the arithmetic kinds on the untrained model ({max_new_tokens} new tokens, chat template, "
+            f"{questions} held-out questions per kind). Passes: {runs}.\n\n{screen_table(rows)}\n")  # fmt: skip
+
+
 def screen_table(rows: list[dict]) -> str:
     lines = ["| kind | temperature | answers per question | questions | accuracy | ± 95% CI | example |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
