@@ -47,6 +47,14 @@ SIZES = {
 }  # fmt: skip
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
 def build_tiny_chat_model(folder: str) -> str:
     """A random hidden-32 Llama with a chat template (`trl_multiagent.demo.testing`), for the smoke run."""
     from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
@@ -221,10 +229,14 @@ def main(argv=None) -> None:
             raise SystemExit(f"team_vs_single: --lr takes 'auto' or a number, got {cli.lr!r}.") from None
     os.makedirs(cli.results, exist_ok=True)
 
+    from benchmarks.bench_vs_comlrl import library_versions
+
     from .report import write_report
 
-    header = [f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), no GPU; python "
-              f"{sys.version.split()[0]}; each run's load average is in its result file (`load_average_*`)."]  # fmt: skip
+    header = [f"Machine: {os.cpu_count()} CPUs ({cpu_name()}), no GPU; {library_versions()}; one torch thread per run. "
+              "The machine may be shared: each run's 1-minute load average at its start and end is below its "
+              "table (a load above the CPU count means the run had less than its core, and its seconds are "
+              "inflated)."]  # fmt: skip
     if not cli.report_only:
         import torch
 

@@ -50,7 +50,9 @@ def summarize_side(results: list[dict]) -> dict:
     """Per seed: before/after scores (and the per-turn extras); over seeds: the means' mean and spread; the budget."""
     out = {"seeds": [r["seed"] for r in results], "learning_rate": sorted({r["learning_rate"] for r in results}),
            "generated_tokens": [r["generated_tokens"] for r in results], "steps": [r["steps"] for r in results],
-           "train_s": [r["train_s"] for r in results], "trainer": results[0]["trainer"]}  # fmt: skip
+           "train_s": [r["train_s"] for r in results], "trainer": results[0]["trainer"],
+           "load_average": [(r["load_average_before"][0], r["load_average_after"][0]) for r in results],
+           "eval_s": [(r["eval_before_s"], r["eval_after_s"]) for r in results]}  # fmt: skip
     for phase in ("before", "after"):
         per_seed = [{key: seed_score(values) for key, values in r[phase].items()} for r in results]
         out[phase] = {"per_seed": per_seed,
@@ -136,6 +138,10 @@ def task_table(task: str, entry: dict) -> list[str]:
         )
     extras = []
     for side, s in entry["sides"].items():
+        extras.append(f"- {side}: per seed, the 1-minute load average at the start and the end of the run: "
+                      + ", ".join(f"{a:.1f} -> {b:.1f}" for a, b in s["load_average"])
+                      + "; held-out evaluation s before / after: "
+                      + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in s["eval_s"]))  # fmt: skip
         for key in s["after"]["over_seeds"]:
             if key != "final":
                 extras.append(f"- {side}, `{key}`: before {fmt(s['before']['over_seeds'][key])}, after "
