@@ -200,6 +200,7 @@ def plot_task(task: str, results: dict, out_png: str) -> str:
     curves.set_xlabel("generated tokens")
     curves.set_ylabel("training reward (final turn)")
     curves.set_title(f"{task}: training reward per run (one line per seed)", fontsize=10)
+    curves.set_ylim(0, 1)  # every reward of both tasks lies in [0, 1]
     curves.grid(True, alpha=0.3)
     curves.legend(fontsize=8)
     for k, side in enumerate(sides):
@@ -214,7 +215,8 @@ def plot_task(task: str, results: dict, out_png: str) -> str:
                 scores.errorbar(x, s["mean"], yerr=half, fmt="o", color="black", markersize=3, capsize=2)
     scores.set_xticks(range(len(sides)), sides)
     scores.set_ylabel("held-out score (final answers)")
-    scores.set_title("before (light) and after (dark): bars over seeds, dots per seed with 95% CI", fontsize=10)
+    scores.set_title("held-out: before (light), after (dark); dots: seeds, 95% CI", fontsize=10)
+    scores.set_ylim(0, 1)
     scores.grid(True, axis="y", alpha=0.3)
     figure.tight_layout()
     figure.savefig(out_png, format="png")
