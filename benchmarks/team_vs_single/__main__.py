@@ -295,10 +295,17 @@ def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
             print(f"team_vs_single: {task_name}/{side} seed {seed}, lr {lr:g}, {budget} tokens ...", flush=True)
             result = run_part(task, side, model_path=model_path, seed=seed, learning_rate=lr, token_budget=budget,
                               eval_samples=cli.eval_samples)  # fmt: skip
-            write_json(path, {**result, "learning_rate_rule": rule, "command": command_line()})
+            write_json(path, {**result, "learning_rate_rule": rule, "command": command_line(),
+                              "revision": source_revision()})  # fmt: skip
             print(f"  {result['steps']} steps, {result['generated_tokens']} tokens, {result['train_s']:.0f} s; "
                   f"held-out {sum(result['before']['final']) / len(result['before']['final']):.3f} -> "
                   f"{sum(result['after']['final']) / len(result['after']['final']):.3f}", flush=True)  # fmt: skip
+
+
+def source_revision() -> str:
+    from benchmarks.bench_vs_comlrl import source_revision as revision
+
+    return revision()
 
 
 def command_line() -> str:
