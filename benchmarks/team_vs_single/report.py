@@ -60,25 +60,30 @@ def summarize_side(results: list[dict]) -> dict:
     gains = [a["final"]["mean"] - b["final"]["mean"]
              for a, b in zip(out["after"]["per_seed"], out["before"]["per_seed"], strict=True)]  # fmt: skip
     out["gain"] = over_seeds(gains)
+    # per seed, after minus before paired over the held-out rows (both evaluations answer the same rows)
+    out["gain_per_seed"] = [seed_score([a - b for a, b in zip(r["after"]["final"], r["before"]["final"], strict=True)])
+                            for r in results]  # fmt: skip
     return out
 
 
-def compare(team: list[dict], single: list[dict], summary_team: dict, summary_single: dict) -> dict:
-    """The team's trained final score minus the single agent's, with a 95% interval and a verdict."""
-    a, b = summary_team["after"]["over_seeds"]["final"], summary_single["after"]["over_seeds"]["final"]
+def compare(team: list[dict], other: list[dict], summary_team: dict, summary_other: dict, phase: str = "after",
+            other_name: str = "single") -> dict:  # fmt: skip
+    """The team's final score minus the other side's (`phase`: trained, or before training), with a 95% interval and
+    a verdict."""
+    a, b = summary_team[phase]["over_seeds"]["final"], summary_other[phase]["over_seeds"]["final"]
     diff = a["mean"] - b["mean"]
     if a["seeds"] >= 2 and b["seeds"] >= 2:
         se = math.sqrt(a["sd"] ** 2 / a["seeds"] + b["sd"] ** 2 / b["seeds"])
         half = t_quantile(0.975, min(a["seeds"], b["seeds"]) - 1) * se
-        basis = f"over seeds ({a['seeds']} team, {b['seeds']} single)"
+        basis = f"over seeds ({a['seeds']} team, {b['seeds']} {other_name})"
     else:
-        shared = sorted({r["seed"] for r in team} & {r["seed"] for r in single})
+        shared = sorted({r["seed"] for r in team} & {r["seed"] for r in other})
         if not shared:
             return {"difference": diff, "ci95": math.nan, "verdict": "not comparable (no seed run on both sides)",
                     "basis": "none"}  # fmt: skip
         seed = shared[0]
-        t_rows = next(r for r in team if r["seed"] == seed)["after"]["final"]
-        s_rows = next(r for r in single if r["seed"] == seed)["after"]["final"]
+        t_rows = next(r for r in team if r["seed"] == seed)[phase]["final"]
+        s_rows = next(r for r in other if r["seed"] == seed)[phase]["final"]
         paired = mean_ci([x - y for x, y in zip(t_rows, s_rows, strict=True)])
         diff, half = paired.mean, paired.half_width
         basis = f"one seed ({seed}) only: paired over {paired.n} held-out rows, no spread over seeds"
@@ -100,10 +105,12 @@ def summarize(results_dir: str) -> dict:
         sides = parts[task]
         summaries = {side: summarize_side(sides[side]) for side in SIDES[task] if side in sides}
         entry = {"sides": summaries}
-        if "team" in sides and "single" in sides:
-            entry["team_vs_single"] = compare(sides["team"], sides["single"], summaries["team"], summaries["single"])
-        if "team" in sides and "revise" in sides:
-            entry["team_vs_revise"] = compare(sides["team"], sides["revise"], summaries["team"], summaries["revise"])
+        for other in ("single", "revise"):
+            if "team" in sides and other in sides:
+                entry[f"team_vs_{other}"] = {
+                    phase: compare(sides["team"], sides[other], summaries["team"], summaries[other], phase, other)
+                    for phase in ("after", "before")
+                }
         settings_path = os.path.join(results_dir, task, "settings.json")
         if os.path.exists(settings_path):
             with open(settings_path) as f:
@@ -125,15 +132,17 @@ def seed_cells(per_seed: list[dict], key: str = "final") -> str:
 
 def task_table(task: str, entry: dict) -> list[str]:
     lines = ["| side | trainer | seeds | learning rate | steps | generated tokens | train s | before: seed means "
-             "(95% CI over rows) | after: seed means (95% CI over rows) | before, over seeds | after, over seeds | "
-             "after - before |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "(95% CI over rows) | after: seed means (95% CI over rows) | after - before per seed (paired, 95% CI) | "
+             "before, over seeds | after, over seeds | after - before, over seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for side, s in entry["sides"].items():
         lr = ", ".join(f"{x:g}" for x in s["learning_rate"])
         lines.append(
             f"| {side} | {s['trainer']} | {', '.join(map(str, s['seeds']))} | {lr} | "
             f"{', '.join(map(str, s['steps']))} | {', '.join(map(str, s['generated_tokens']))} | "
             f"{', '.join(f'{x:.0f}' for x in s['train_s'])} | {seed_cells(s['before']['per_seed'])} | "
-            f"{seed_cells(s['after']['per_seed'])} | {fmt(s['before']['over_seeds']['final'])} | "
+            f"{seed_cells(s['after']['per_seed'])} | {seed_cells([{'final': g} for g in s['gain_per_seed']])} | "
+            f"{fmt(s['before']['over_seeds']['final'])} | "
             f"{fmt(s['after']['over_seeds']['final'])} | {fmt(s['gain'])} |"
         )
     extras = []
@@ -150,9 +159,16 @@ def task_table(task: str, entry: dict) -> list[str]:
 
 
 def verdict_line(name: str, comparison: dict) -> str:
-    half = "" if math.isnan(comparison["ci95"]) else f" ± {comparison['ci95']:.3f}"
-    return (f"- **{name}: {comparison['verdict']}** at this budget: after training, team minus other "
-            f"{comparison['difference']:+.3f}{half} (95%; {comparison['basis']}).")  # fmt: skip
+    """The trained comparison's verdict, and the untrained one's beside it: a lead the team had before training
+    is the task's structure, not what training did."""
+
+    def difference(c):
+        return f"{c['difference']:+.3f}" + ("" if math.isnan(c["ci95"]) else f" ± {c['ci95']:.3f}")
+
+    after, before = comparison["after"], comparison["before"]
+    return (f"- **{name}: {after['verdict']}** at this budget: after training, team minus other "
+            f"{difference(after)} (95%; {after['basis']}); before training {difference(before)} "
+            f"({before['verdict']}).")  # fmt: skip
 
 
 def report_text(summary: dict, header: list[str]) -> str:
