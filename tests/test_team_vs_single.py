@@ -102,6 +102,16 @@ def test_smoke_parts_merge_into_one_report(smoke_results):
             merged = summary[task]["sides"][side]["after"]["over_seeds"]["final"]
             assert merged["mean"] == pytest.approx(sum(seed_means) / len(seed_means))
             assert merged["seeds"] == len(results) == (2 if task == "writing" else 1)
+    # the verdicts compare the merged scores, trained and untrained: over seeds for writing (2 seeds a side)
+    writing = summary["writing"]["sides"]
+    for phase in ("after", "before"):
+        comparison = summary["writing"]["team_vs_single"][phase]
+        difference = (
+            writing["team"][phase]["over_seeds"]["final"]["mean"]
+            - writing["single"][phase]["over_seeds"]["final"]["mean"]
+        )
+        assert comparison["difference"] == pytest.approx(difference) and comparison["basis"].startswith("over seeds")
+    assert set(summary["arithmetic"]) >= {"team_vs_single", "team_vs_revise"}
 
 
 def test_smoke_budgets_and_evaluation_counts(smoke_results):
