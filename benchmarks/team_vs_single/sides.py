@@ -296,9 +296,11 @@ def run_part(task: Task, side: str, *, model_path: str, seed: int, learning_rate
     with tempfile.TemporaryDirectory(prefix=f"team_vs_single_{task.name}_{side}_") as folder:
         trainer = build_trainer(task, side, model_path=model_path, seed=seed, learning_rate=learning_rate,
                                 budget=budget, output_dir=folder, tokenizer=tokenizer)  # fmt: skip
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         trainer.train()
         result["train_s"] = time.perf_counter() - start
+        # the CPU seconds the run used: on a shared machine, wall-clock seconds grow with the load, these do not
+        result["train_cpu_s"] = time.process_time() - cpu_start
         result["steps"] = trainer.state.global_step
         result["generated_tokens"] = budget.spent
         result["curve"] = budget.curve
