@@ -126,6 +126,7 @@ def test_smoke_budgets_and_evaluation_counts(smoke_results):
             budget = command.SIZES["smoke"]["token_budget"][task]
             for r in results:
                 assert r["token_budget"] == budget and r["learning_rate"] == 1e-3
+                assert 0 < r["train_cpu_s"] and 0 < r["train_s"]
                 # training stopped after the first step that reached the budget: one reward call per turn and step
                 assert len(r["curve"]) == r["steps"] * turns
                 assert r["generated_tokens"] == r["curve"][-1]["tokens"] >= budget

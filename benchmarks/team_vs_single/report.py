@@ -51,6 +51,7 @@ def summarize_side(results: list[dict]) -> dict:
     out = {"seeds": [r["seed"] for r in results], "learning_rate": sorted({r["learning_rate"] for r in results}),
            "generated_tokens": [r["generated_tokens"] for r in results], "steps": [r["steps"] for r in results],
            "train_s": [r["train_s"] for r in results], "trainer": results[0]["trainer"],
+           "train_cpu_s": [r.get("train_cpu_s") for r in results],  # parts run before it was recorded lack it
            "load_average": [(r["load_average_before"][0], r["load_average_after"][0]) for r in results],
            "eval_s": [(r["eval_before_s"], r["eval_after_s"]) for r in results]}  # fmt: skip
     for phase in ("before", "after"):
@@ -131,16 +132,19 @@ def seed_cells(per_seed: list[dict], key: str = "final") -> str:
 
 
 def task_table(task: str, entry: dict) -> list[str]:
-    lines = ["| side | trainer | seeds | learning rate | steps | generated tokens | train s | before: seed means "
+    lines = ["| side | trainer | seeds | learning rate | steps | generated tokens | train s | train CPU s | "
+             "before: seed means "
              "(95% CI over rows) | after: seed means (95% CI over rows) | after - before per seed (paired, 95% CI) | "
              "before, over seeds | after, over seeds | after - before, over seeds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for side, s in entry["sides"].items():
         lr = ", ".join(f"{x:g}" for x in s["learning_rate"])
         lines.append(
             f"| {side} | {s['trainer']} | {', '.join(map(str, s['seeds']))} | {lr} | "
             f"{', '.join(map(str, s['steps']))} | {', '.join(map(str, s['generated_tokens']))} | "
-            f"{', '.join(f'{x:.0f}' for x in s['train_s'])} | {seed_cells(s['before']['per_seed'])} | "
+            f"{', '.join(f'{x:.0f}' for x in s['train_s'])} | "
+            f"{', '.join('n/a' if x is None else f'{x:.0f}' for x in s['train_cpu_s'])} | "
+            f"{seed_cells(s['before']['per_seed'])} | "
             f"{seed_cells(s['after']['per_seed'])} | {seed_cells([{'final': g} for g in s['gain_per_seed']])} | "
             f"{fmt(s['before']['over_seeds']['final'])} | "
             f"{fmt(s['after']['over_seeds']['final'])} | {fmt(s['gain'])} |"
