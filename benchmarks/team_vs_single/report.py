@@ -90,6 +90,8 @@ def compare(team: list[dict], other: list[dict], summary_team: dict, summary_oth
         basis = f"one seed ({seed}) only: paired over {paired.n} held-out rows, no spread over seeds"
     if math.isnan(half):
         verdict = "cannot tell (no interval)"
+    elif diff == 0 and half == 0:
+        verdict = "equal (the same score on every held-out row)"
     elif diff - half > 0:
         verdict = "the team wins"
     elif diff + half < 0:
