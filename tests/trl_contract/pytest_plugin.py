@@ -4,8 +4,9 @@ It does two things, and nothing else:
 - skips the tests named in the `TRL_CONTRACT_SKIPS` file (JSON: node-id prefix -> reason), before they run, so that
   they are counted as skipped with the harness's reason;
 - records each test's outcome (passed, failed, error, skipped, xfailed, xpassed), its duration and, for failures,
-  the exception line and the end of the traceback, in the JSON file `TRL_CONTRACT_RESULTS` (rewritten after each
-  test, so that a run cut short still leaves what it did).
+  where it failed (the exception's type and the last line of the test's own file in the traceback: the harness
+  compares these between stock and swapped), the exception line and the end of the traceback, in the JSON file
+  `TRL_CONTRACT_RESULTS` (rewritten after each test, so that a run cut short still leaves what it did).
 """
 
 import json
@@ -37,6 +38,24 @@ def pytest_collection_modifyitems(config, items):
             if test_id.startswith(prefix):
                 item.add_marker(pytest.mark.skip(reason=f"trl_contract: {reason}"))
                 break
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is None or not report.failed:
+        return
+    # Where the test failed, in its own file: the deepest traceback frame whose file is the test's (stock and
+    # swapped run the same file, whose one edit keeps the line count, so the lines compare).
+    test_file = str(item.path)
+    lines = [entry.lineno + 1 for entry in call.excinfo.traceback if str(entry.path) == test_file]
+    entry = _results.setdefault(_id(report.nodeid), {"outcome": None, "duration": 0.0})
+    entry.setdefault("failure", {  # the first failure (a teardown error after a failed call keeps the call's)
+        "when": call.when,
+        "exception": call.excinfo.type.__name__,
+        "test_line": lines[-1] if lines else None,
+    })
 
 
 def _message(report):
