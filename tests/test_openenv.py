@@ -227,7 +227,7 @@ def test_an_openenv_environment_in_process_is_forked_by_deepcopy(games):
 
     worlds = Worlds(openenv_team.HanabiWorld, num_agents=2)
     row = {"card_0": 1, "card_1": 1}
-    (first, second), _ = worlds.start(row, [[{"role": "user", "content": "x"}]] * 2, count=2)
+    (first, second), _, _ = worlds.start(row, [[{"role": "user", "content": "x"}]] * 2, count=2)
     first.play(2)  # agent 0's move in joint action 0
     branches = [worlds.fork(first, turn=2) for _ in range(3)]
     assert worlds.fork_methods == {openenv_team.HanabiWorld: "copy"}

@@ -219,7 +219,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             joint_mode=self.args.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
-            generate=lambda agent, prompts, environments: self._generate_for_agent(agent, prompts, k, environments),
+            generate=lambda agent, prompts, worlds, samples: self._generate_for_agent(agent, prompts, samples, worlds),
             score=partial(self.task.score, rows),
             transition=partial(self.task.next_prompts, rows),
             sync=partial(sync_turn, self.accelerator),

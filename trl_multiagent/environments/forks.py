@@ -112,6 +112,7 @@ _DETERMINISTIC = (
     "{cls} cannot be copied (copy.deepcopy fails and it has no _fork), so each branch's world is rebuilt by "
     "resetting a pooled instance with the row and replaying the branch's tool calls in order, which needs a "
     "deterministic environment: the same row and calls give the same results. Make it deterministic (draw its "
-    "randomness from the row, or from Python's or NumPy's global random state, which replay restores for reset), or "
+    "randomness from the row, e.g. a seed column passed on to a server's reset, or from Python's or NumPy's global "
+    "random state, which replay restores for reset), or "
     "define {cls}.__deepcopy__(self, memo) or {cls}._fork(self) to return a new instance in the same state."
 )
