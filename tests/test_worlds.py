@@ -225,8 +225,10 @@ class Cards(Counter):
 
     def reset(self, **row):
         super().reset(**row)
-        return (f" You hold {row['cards'][0]}.", None) if row.get("second_blind") else tuple(
-            f" You hold {card}." for card in row["cards"]
+        return (
+            (f" You hold {row['cards'][0]}.", None)
+            if row.get("second_blind")
+            else tuple(f" You hold {card}." for card in row["cards"])
         )
 
 
@@ -279,7 +281,9 @@ def test_with_several_turns_a_start_that_can_be_neither_copied_nor_replayed_is_r
         for parent in tree.joint_actions[:2]:
             child = tree.nodes[parent.child]
             assert child.own_prompts is None and child.prompts == ["next", "next"]  # later turns: the transition's
-            assert {tree.joint_actions[a].environment.target for a in child.joint_actions} == {parent.environment.target}
+            assert {tree.joint_actions[a].environment.target for a in child.joint_actions} == {
+                parent.environment.target
+            }
 
 
 class Unreachable(Counter):

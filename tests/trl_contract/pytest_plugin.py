@@ -51,11 +51,14 @@ def pytest_runtest_makereport(item, call):
     test_file = str(item.path)
     lines = [entry.lineno + 1 for entry in call.excinfo.traceback if str(entry.path) == test_file]
     entry = _results.setdefault(_id(report.nodeid), {"outcome": None, "duration": 0.0})
-    entry.setdefault("failure", {  # the first failure (a teardown error after a failed call keeps the call's)
-        "when": call.when,
-        "exception": call.excinfo.type.__name__,
-        "test_line": lines[-1] if lines else None,
-    })
+    entry.setdefault(
+        "failure",
+        {  # the first failure (a teardown error after a failed call keeps the call's)
+            "when": call.when,
+            "exception": call.excinfo.type.__name__,
+            "test_line": lines[-1] if lines else None,
+        },
+    )
 
 
 def _message(report):
