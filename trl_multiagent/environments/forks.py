@@ -85,7 +85,7 @@ def replay(
     cls = type(world).__name__
     observation = reset(world, journal)
     if observation != journal.observation:
-        raise ReplayMismatch(
+        raise StartMismatch(
             f"MAGRPOTrainer: replaying the environment {cls} for a branch of turn {turn}: reset(**row) returned "
             f"{_short(observation)}, but {_short(journal.observation)} when the branch began (row "
             f"{_short(journal.columns)}). {_DETERMINISTIC.format(cls=cls)}"
@@ -106,6 +106,11 @@ def replay(
 
 class ReplayMismatch(RuntimeError):
     """A replayed environment did not reach the state it was in: it is not deterministic."""
+
+
+class StartMismatch(ReplayMismatch):
+    """A replayed environment's reset, with the row and the global random state of the first, returned another
+    observation: it draws its own start."""
 
 
 _DETERMINISTIC = (

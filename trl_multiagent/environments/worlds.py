@@ -70,7 +70,7 @@ from transformers.utils import logging
 from ..callables import _short
 from .calls import call_tools
 from .faults import EnvironmentLost, is_lost
-from .forks import FORK_HOOK, Journal, Round, random_state, replay, set_random_state
+from .forks import FORK_HOOK, Journal, Round, StartMismatch, random_state, replay, set_random_state
 from .pool import WorldPool
 
 
@@ -259,9 +259,11 @@ class Worlds:
             except Exception as err:
                 why = f"copy.deepcopy raised {type(err).__name__}: {err}"
                 method = "hook" if callable(getattr(world, FORK_HOOK, None)) else "replay"
+        unreplayable = _UNREPLAYABLE.format(
+            cls=cls.__name__, why=why or "as it did for an earlier world of the class", hook=FORK_HOOK, turn=turn
+        )
         if method == "replay" and cls in self.own_starts:
-            why = why or "as it did for an earlier world of the class"
-            raise ValueError(_UNREPLAYABLE.format(cls=cls.__name__, why=why, hook=FORK_HOOK, turn=turn))
+            raise ValueError(unreplayable)
         if method == "hook":
             forked = getattr(world, FORK_HOOK)()
         if forked is world:
@@ -274,7 +276,11 @@ class Worlds:
             forked = self.pool.take(journal.name)
             lost = partial(self._lost, cls, journal, None)  # a replayed call whose world is gone ends the rollout
             call = partial(self.call_tools, lost=lost)
-            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, call, turn)
+            try:
+                replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, call, turn)
+            except StartMismatch as err:  # the same row gave another start: no replay can rebuild the world
+                self.own_starts.add(cls)
+                raise ValueError(f"{unreplayable} ({err})") from err
         else:
             self.pool.adopt(forked)
         if self.fork_methods.get(cls) != method:  # the first fork of the class, or a copy that failed this time
