@@ -314,7 +314,7 @@ def test_with_two_turns_a_start_dealt_on_the_server_without_a_seed_is_refused_by
 ):
     """A client cannot be copied, DealtHanabi has no `_fork`, and a replay would deal other cards: turn 2's branches
     cannot get their parents' worlds. Refused, naming the class and what would make it work; by the build-time check
-    when its resets (or its replay) already differ, else at the first fork (1 chance in 16 with 4 card pairs)."""
+    when its replay already deals other cards, else at the first fork (1 chance in 4 with 4 card pairs)."""
     DealtHanabi.url = hanabi_server.url
     script(play_by_own_card)
     with pytest.raises(ValueError) as refused:

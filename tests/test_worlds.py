@@ -427,10 +427,14 @@ def test_a_non_deterministic_environment_under_replay_fails_naming_the_class_the
     assert "Make it deterministic" in message and "Flaky._fork(self)" in message
 
 
-def test_the_build_time_check_gives_each_joint_action_its_own_world_and_says_the_fork_method():
+def test_the_build_time_check_resets_the_probe_alone_and_says_the_fork_method():
+    Counted.made = 0
+    worlds = Worlds(Counted, num_agents=2)
+    first, second = worlds.check({"start": 4}, ["p", "p"], 2, num_turns=1)
+    # as GRPOTrainer's pool after building: the probe alone, reset with the row for both placeholder joint actions
+    assert first is second is worlds.pool.instances[None][0] and first.total == 4 and Counted.made == 1
     worlds = Worlds(Locked, num_agents=2)
-    first, second = worlds.check({"start": 4}, ["p", "p"], 2, num_turns=2)
-    assert first is not second and (first.total, second.total) == (4, 4)
+    worlds.check({"start": 4}, ["p", "p"], 2, num_turns=2)
     assert worlds.fork_methods == {Locked: "replay"}
     one_turn = Worlds(Locked, num_agents=2)
     one_turn.check({"start": 4}, ["p", "p"], 2, num_turns=1)

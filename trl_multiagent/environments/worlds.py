@@ -331,14 +331,15 @@ class Worlds:
         return "" if entry is None else f"on the row {_short(entry[1].columns)}, turn {entry[1].turn}"
 
     def check(self, row: dict, prompts: list, count: int, num_turns: int) -> list:
-        """Before any generation: the worlds of `count` joint actions on `row` (distinct pooled instances, each reset
-        with the row, as in turn 1), and with several turns one fork, so that the class's fork method is known (and
-        said) before training, and a start that can be neither copied nor replayed is refused. Returns the worlds;
-        `release` gives them back."""
-        worlds, _, _ = self.start(row, prompts, count)
+        """Before any generation: a world for each of `count` placeholder joint actions on `row`: the pool's first
+        instance (the probe), reset with the row, for all of them, so that building the trainer constructs no
+        instance beyond the probe, as GRPOTrainer's pool; with several turns, one fork of it, so that the class's fork
+        method is known (and said) before training, and a start that can be neither copied nor replayed is refused
+        (a replayed reset that deals another start). Returns the worlds; `release` gives them back."""
+        (world,), _, _ = self.start(row, prompts, 1)
         if num_turns > 1:
-            self.fork(worlds[0], 2)
-        return worlds
+            self.fork(world, 2)
+        return [world] * count
 
     def close(self) -> None:
         """Close every instance made (pooled or copied) that defines `close()`, once each."""

@@ -174,8 +174,8 @@ class TeamTask:
 
     def check_functions(self, row: dict, prompts: list, num_turns: int) -> None:
         """Call the reward and the transition once with placeholder answers (the row's first `prompts`), before any
-        generation. With an environment, each placeholder joint action gets its own world, as in turn 1: a pooled
-        instance reset with the row (`Worlds.check`); they go back to the pool afterwards."""
+        generation. With an environment, the placeholder joint actions act on the pool's first instance, reset with
+        the row (`Worlds.check`); it goes back to the pool afterwards."""
         count = PLACEHOLDER_JOINT_ACTIONS
         answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
         ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
