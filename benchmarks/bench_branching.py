@@ -50,7 +50,7 @@ def run(path: str, branching: str, prompts: list[str], steps: int, k: int, turns
     )  # fmt: skip
     tokens = TreeTokens()
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": prompts * steps}), args=args, callbacks=[tokens],
     )  # fmt: skip
     tokens.trainer = trainer

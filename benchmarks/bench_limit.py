@@ -121,7 +121,7 @@ def our_steps(path, prompts, k, max_new_tokens, steps, device, backend, fixed_le
         generation_kwargs={FIXED_LENGTH[backend]: max_new_tokens} if fixed_length else None,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": prompts * steps}), args=args,
     )  # fmt: skip
     trainer.train()

@@ -48,7 +48,7 @@ def run_one(layout: str, num_agents: int, hidden: int, layers: int, vocab: int, 
         check_functions_before_training=False,
     )  # fmt: skip
     common = dict(
-        tokenizer=tokenizer, reward_func=lambda *completions: [float(len(c)) for c in completions[0]],
+        processing_class=tokenizer, reward_funcs=lambda *completions: [float(len(c)) for c in completions[0]],
         train_dataset=Dataset.from_dict({"prompt": ["Describe a city in the clouds:"] * 8}), args=args,
     )  # fmt: skip
     if layout == "lora":
@@ -59,7 +59,7 @@ def run_one(layout: str, num_agents: int, hidden: int, layers: int, vocab: int, 
         agents = [
             make_model(tokenizer, seed=i, hidden=hidden, layers=layers, vocab_size=vocab) for i in range(num_agents)
         ]
-        trainer = MAGRPOTrainer(agents=agents, **common)
+        trainer = MAGRPOTrainer(model=agents, **common)
     trainable = sum(p.numel() for p in trainer.team.parameters() if p.requires_grad)
     total = sum(p.numel() for p in trainer.team.parameters())
     trainer.train()
@@ -96,8 +96,8 @@ def run_tree(k: int, turns: int, chunked: bool, hidden: int, layers: int, vocab:
         check_functions_before_training=False, update_chunk_size=None if chunked else 10**6,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i, hidden=hidden, layers=layers, vocab_size=vocab) for i in range(2)],
-        tokenizer=tokenizer, reward_func=lambda *completions: [float(len(c)) / 16 for c in completions[0]],
+        model=[make_model(tokenizer, seed=i, hidden=hidden, layers=layers, vocab_size=vocab) for i in range(2)],
+        processing_class=tokenizer, reward_funcs=lambda *completions: [float(len(c)) / 16 for c in completions[0]],
         external_transition=lambda prompt, agent_completions, num_agents, **_: [
             f"{prompt} {c[:20]} Shorter." for c in agent_completions
         ],

@@ -83,7 +83,7 @@ def lora_team(spec: dict) -> dict:
         check_functions_before_training=False,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        model=spec["model_path"], num_agents=4, reward_func=four_way_length_reward,
+        model=spec["model_path"], num_agents=4, reward_funcs=four_way_length_reward,
         external_transition=length_feedback, peft_config=LoraConfig(r=16, target_modules="all-linear"),
         train_dataset=Dataset.from_dict({"prompt": (PROMPTS * 8)[: spec["prompts"] * spec["steps"]]}), args=args,
     )  # fmt: skip

@@ -214,8 +214,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             **task, num_train_epochs=epochs, agent_learning_rate=spec["learning_rate"], num_agents=2,
             agent_devices=spec["device"], eval_interval=0, logging_steps=10**9,
         )  # fmt: skip
-        trainer = CoMAGRPOTrainer(agents=agents, num_agents=2, tokenizer=tokenizer, train_dataset=dataset,
-                                  reward_func=recorder.reward(), external_transition=recorder.transition(feedback),
+        trainer = CoMAGRPOTrainer(model=agents, num_agents=2, processing_class=tokenizer, train_dataset=dataset,
+                                  reward_funcs=recorder.reward(), external_transition=recorder.transition(feedback),
                                   args=config)  # fmt: skip
         trainer.verbose = False
     else:
@@ -227,8 +227,8 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, seed=seed, bf16=False,
             use_cpu=spec["device"] == "cpu",
         )  # fmt: skip
-        team = dict(reward_func=recorder.reward(), external_transition=recorder.transition(feedback),
-                    train_dataset=dataset, args=config, tokenizer=tokenizer)  # fmt: skip
+        team = dict(reward_funcs=recorder.reward(), external_transition=recorder.transition(feedback),
+                    train_dataset=dataset, args=config, processing_class=tokenizer)  # fmt: skip
         if spec["lora_r"]:
             from peft import LoraConfig
 
@@ -236,7 +236,7 @@ def run_worker(trainer_name: str, spec: dict) -> dict:
             trainer = MAGRPOTrainer(model=spec["model_path"], num_agents=2, peft_config=lora, **team)
         else:
             agents = [AutoModelForCausalLM.from_pretrained(spec["model_path"], dtype=torch.float32) for _ in range(2)]
-            trainer = MAGRPOTrainer(agents=agents, **team)
+            trainer = MAGRPOTrainer(model=agents, **team)
 
     recorder.start()
     try:

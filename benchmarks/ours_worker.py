@@ -76,9 +76,9 @@ def run(trainer_name: str, spec: dict) -> dict:
         )
     config = MAGRPOConfig(output_dir=output_dir, **task, **tuned)
     trainer = MAGRPOTrainer(
-        agents=setup.agents,
-        tokenizer=setup.tokenizer,
-        reward_func=counters.reward(),
+        model=setup.agents,
+        processing_class=setup.tokenizer,
+        reward_funcs=counters.reward(),
         external_transition=counters.transition(),
         train_dataset=setup.dataset,
         args=config,

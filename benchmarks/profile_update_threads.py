@@ -120,7 +120,7 @@ def main() -> None:
         report_to="none", save_strategy="no", disable_tqdm=True, check_functions_before_training=False, use_vllm=True,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS[:2]}), args=args,
     )  # fmt: skip
     means["engines alive"] = measure("engines alive", agents, ids, cli.repeats)

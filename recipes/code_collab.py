@@ -173,8 +173,8 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
     )
     trainer = MAGRPOTrainer(
         **team_from_model_config(model_args, 2, training_args),
-        tokenizer=tokenizer,
-        reward_func=code_reward,
+        processing_class=tokenizer,
+        reward_funcs=code_reward,
         external_transition=code_feedback,
         formatters=make_formatters(chat),
         train_dataset=dataset,

@@ -242,7 +242,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
             print(f"Default model: {model_args.model_name_or_path}")
     trainer = MAGRPOTrainer(
         **team_from_model_config(model_args, training_args.num_agents, training_args),
-        reward_func=length_ratio_reward,
+        reward_funcs=length_ratio_reward,
         external_transition=chat_length_feedback if script_args.prompt_format == "chat" else length_feedback,
         train_dataset=build_dataset(script_args.prompt_format),
         args=training_args,

@@ -43,8 +43,8 @@ from trl import ModelConfig
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
+from trl_multiagent.demo.plot import run_report
 from trl_multiagent.demo.samples import SampleAnswers
-from trl_multiagent.demo.summary import run_report
 from trl_multiagent.environments.openenv import OpenEnvWorld
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
@@ -236,7 +236,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
             HanabiTable.url, factory = server.url, HanabiTable
         trainer = MAGRPOTrainer(
             **team_from_model_config(model_args, 2, training_args),
-            tokenizer=tool_tokenizer(model_args, training_args),
+            processing_class=tool_tokenizer(model_args, training_args),
             reward_funcs=[reward_func, tool_use],
             environment_factory=factory,
             formatters=[first_player_prompt, second_player_prompt],

@@ -46,8 +46,8 @@ from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
+from trl_multiagent.demo.plot import run_report
 from trl_multiagent.demo.samples import SampleAnswers
-from trl_multiagent.demo.summary import run_report
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 
@@ -179,7 +179,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
             model_args.model_name_or_path = prepare_default_model()
     trainer = MAGRPOTrainer(
         **team_from_model_config(model_args, 2, training_args),
-        tokenizer=tool_tokenizer(model_args, training_args),
+        processing_class=tool_tokenizer(model_args, training_args),
         reward_funcs=[tool_use, full_code],
         environment_factory=Notebook,
         formatters=[scout_prompt, keeper_prompt],

@@ -36,7 +36,7 @@ def make_trainer(tmp_path, tokenizer, shared=False, prompts=SEED_PROMPTS, callba
         else {"agents": [make_model(tokenizer, seed=i) for i in range(2)]}
     )
     return MAGRPOTrainer(
-        **team, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        **team, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": prompts}), args=MAGRPOConfig(**values), callbacks=callbacks,
     )  # fmt: skip
 
@@ -222,7 +222,7 @@ def test_an_optim_that_groups_the_parameters_itself_is_refused(tmp_path, tokeniz
 def test_a_rate_count_that_is_not_the_team_size_is_refused_before_loading(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"agent_learning_rates has 3 rates for a team of 2 agents"):
         MAGRPOTrainer(
-            agents=["no/such-model-a", "no/such-model-b"], tokenizer=tokenizer, reward_func=length_ratio_reward,
+            model=["no/such-model-a", "no/such-model-b"], processing_class=tokenizer, reward_funcs=length_ratio_reward,
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
             args=MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
                               report_to="none", agent_learning_rates=[0.1, 0.2, 0.3]),
@@ -234,7 +234,7 @@ def test_an_optimizer_given_with_rates_is_refused_before_loading(tmp_path, token
 
     def build(**overrides):
         return MAGRPOTrainer(
-            agents=["/nope/agent_0", "/nope/agent_1"], tokenizer=tokenizer, reward_func=length_ratio_reward,
+            model=["/nope/agent_0", "/nope/agent_1"], processing_class=tokenizer, reward_funcs=length_ratio_reward,
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), optimizers=(optimizer, None),
             args=MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
                               report_to="none", **overrides),
@@ -243,7 +243,7 @@ def test_an_optimizer_given_with_rates_is_refused_before_loading(tmp_path, token
     with pytest.raises(ValueError, match=r"`optimizers=` gives an optimizer, and MAGRPOConfig\.agent_learning_rates"):
         build(agent_learning_rates=[0.1, 0.2])
     # Without rates the check lets it through, to the team's own checks (before any model is loaded too).
-    with pytest.raises(FileNotFoundError, match=r"agents\[0\] = '/nope/agent_0' could not be loaded: no such folder"):
+    with pytest.raises(FileNotFoundError, match=r"model\[0\] = '/nope/agent_0' could not be loaded: no such folder"):
         build()
 
 

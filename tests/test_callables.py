@@ -89,3 +89,35 @@ def test_a_transition_parameter_that_is_no_dataset_column_is_named():
     with pytest.raises(TypeError, match=r"'rubric' is neither a column of the dataset \(columns other than 'prompt': "
                                         r"none\) nor a keyword the trainer passes \(\['prompt', "):  # fmt: skip
         Transition(feedback, num_agents=2, conversational=False)
+
+
+def test_keyword_only_transitions_get_every_keyword_they_name():
+    """`def f(**kwargs)` and `def f(*, agent_completions, **kwargs)` are called by keyword (as CoMLRL calls
+    transitions), each getting the three required values, the history and the row's columns it names."""
+    from trl_multiagent.callables import Transition
+
+    seen = {}
+
+    def everything(**kwargs):
+        seen["everything"] = kwargs
+        return ["a", "b"]
+
+    def named(*, agent_completions, topic, **kwargs):
+        seen["named"] = (agent_completions, topic, kwargs)
+        return ["c", "d"]
+
+    def required_only(*, prompt, agent_completions, num_agents):
+        seen["required_only"] = (prompt, agent_completions, num_agents)
+        return ["e", "f"]
+
+    history = {"prompt_history_per_agent": [["p"], ["p"]], "response_history_per_agent": [["x"], ["y"]], "reward": 0.5}
+    for func in (everything, named, required_only):
+        transition = Transition(func, 2, conversational=False, columns=["topic"])
+        transition.many([("the prompt", ["x", "y"], {**history, "topic": "clouds"})], turn=1)
+    assert seen["everything"] == {
+        "prompt": "the prompt", "agent_completions": ["x", "y"], "num_agents": 2, **history, "topic": "clouds",
+        "turn": 1,
+    }  # fmt: skip
+    assert seen["named"][:2] == (["x", "y"], "clouds")
+    assert seen["named"][2]["prompt"] == "the prompt" and seen["named"][2]["num_agents"] == 2
+    assert seen["required_only"] == ("the prompt", ["x", "y"], 2)

@@ -48,7 +48,7 @@ def test_chunked_loss_and_gradients_equal_one_pass_and_ignore_inert_rows(tmp_pat
         loss_type=loss_type, report_to="none", check_functions_before_training=False, **extra,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=s) for s in (1, 2)], tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=[make_model(tokenizer, seed=s) for s in (1, 2)], processing_class=tokenizer, reward_funcs=length_ratio_reward,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     trainer.model.train()
@@ -95,7 +95,7 @@ def train_one_step(tmp_path, tokenizer, update_chunk_size, **extra):
         report_to="none", seed=0, logging_steps=1, update_chunk_size=update_chunk_size, **SGD, **extra,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), args=args,
     )  # fmt: skip
     before = [{k: v.clone() for k, v in a.state_dict().items()} for a in agents]
@@ -141,7 +141,7 @@ def test_generation_in_chunks_keeps_nodes_together_and_equals_one_call(tmp_path,
             report_to="none", generate_chunk_size=size, check_functions_before_training=False,
         )  # fmt: skip
         trainer = MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=1)], tokenizer=tokenizer, reward_func=lambda completions: [0.0] * len(completions),
+            model=[make_model(tokenizer, seed=1)], processing_class=tokenizer, reward_funcs=lambda completions: [0.0] * len(completions),
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
         )  # fmt: skip
         calls.clear()

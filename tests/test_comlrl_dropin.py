@@ -8,7 +8,7 @@ import pytest
 from conftest import SEED_PROMPTS, length_feedback
 from datasets import Dataset
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer
 
 
 def comlrl_config(tmp_path, **overrides):
@@ -35,9 +35,9 @@ def test_config_fields_map_to_their_equivalents(tmp_path):
     )  # fmt: skip
     assert config.external_prompt_passthrough and config.advantage_mode == "rloo" and config.advantage_normalization
     assert not config.reference_kl_enabled and config.reference_kl_coef == 0.1 and config.parallel_training == "none"
-    assert config.comlrl.eval_batch_size == 1  # CoMLRL's prompts; TrainingArguments' eval_batch_size counts rows
-    # CoMLRL evaluates every 4 one-prompt steps; a step here takes 8 rows / K=2 = 4 prompts
-    assert config.eval_strategy == "steps" and config.eval_steps == 1 and config.eval_on_start
+    assert config.comlrl_batch_sizes["eval_batch_size"] == 1  # CoMLRL's prompts; TrainingArguments' counts rows
+    # CoMLRL evaluates every 4 one-prompt steps; a step here takes one prompt too (rollout_buffer_size=2 nodes)
+    assert config.eval_strategy == "steps" and config.eval_steps == 4 and config.eval_on_start
     assert config.per_device_eval_batch_size == 2  # 1 prompt x K rows
     # TrainingArguments' own properties keep their meaning (rows per device times devices)
     assert config.train_batch_size == config.per_device_train_batch_size
@@ -45,12 +45,20 @@ def test_config_fields_map_to_their_equivalents(tmp_path):
     assert raw.advantage_baseline == "none" and raw.scale_rewards == "none" and raw.beta == 0.1
 
 
-def test_comlrl_names_are_not_command_line_flags():
+def test_comlrl_names_are_flags_of_this_face_only():
     from trl import TrlParser
 
+    import trl_multiagent
+
+    comlrl_names = {"agent_learning_rate", "advantage_mode", "eval_interval", "rollout_buffer_size"}
     flags = {action.dest for action in TrlParser((MAGRPOConfig,))._actions}
-    assert {"learning_rate", "advantage_baseline", "num_turns", "num_agents"} <= flags  # num_agents means the same
-    assert not flags & {"agent_learning_rate", "advantage_mode", "eval_interval", "rollout_buffer_size"}
+    assert {"learning_rate", "advantage_baseline", "num_turns", "num_agents"} | comlrl_names <= flags
+    (config,) = TrlParser((MAGRPOConfig,)).parse_args_and_config(
+        ["--agent_learning_rate", "1e-4", "--output_dir", "o"]
+    )
+    assert config.learning_rate == 1e-4
+    trl_flags = {action.dest for action in TrlParser((trl_multiagent.MAGRPOConfig,))._actions}
+    assert not trl_flags & comlrl_names
 
 
 @pytest.mark.parametrize(
@@ -69,7 +77,9 @@ def test_fields_without_equivalent_are_refused_with_what_to_write(tmp_path, fiel
 
 
 def test_a_comlrl_name_and_its_equivalent_must_agree(tmp_path):
-    with pytest.raises(ValueError, match="agent_learning_rate .* sets learning_rate=0.001, but learning_rate=0.1"):
+    with pytest.raises(
+        ValueError, match=r"agent_learning_rate=0.001 \(CoMLRL\) sets learning_rate=0.001, but learning_rate=0.1"
+    ):
         comlrl_config(tmp_path, learning_rate=0.1)
 
 
@@ -96,11 +106,12 @@ def test_comlrl_script_trains_and_evaluates(tmp_path, tokenizer, tiny_model_dir)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]
     evals = [h for h in trainer.state.log_history if "eval_turn_1/reward_mean" in h]
-    assert len(logs) == 1 and len(evals) == 2  # one step of 4 prompts; evaluated before it (eval_on_start) and after
+    # one prompt per step, as CoMLRL: 4 steps; eval_interval=4 evaluates before the first (eval_on_start) and after 4
+    assert len(logs) == 4 and len(evals) == 2
     log = logs[0]
-    for turn in (1, 2):  # the processor applies to every reward: the joint reward is 2 * raw + 1
-        raw = log[f"turn_{turn}/rewards/ratio_reward/mean"]
-        assert log[f"turn_{turn}/reward_mean"] == pytest.approx(2 * raw + 1, abs=1e-5)
+    for turn in (1, 2):  # the processor applies to every value: the ratio in [0, 1] becomes 2 * ratio + 1 in [1, 3]
+        assert 1.0 <= log[f"turn_{turn}/reward_mean"] <= 3.0
+        assert log[f"turn_{turn}/reward_mean"] == pytest.approx(log[f"turn_{turn}/rewards/ratio_reward/mean"])
     assert set(seen) <= set(SEED_PROMPTS) and seen
 
 
@@ -112,11 +123,11 @@ def test_trainer_arguments_without_equivalent_are_refused_before_loading(tmp_pat
         MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), eval_logger=lambda **kw: {})
     with pytest.raises(ValueError, match=r"model_config keys \['quantize'\]"):
         MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), model_config={"quantize": True})
-    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['rolout_buffer'\]"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'rolout_buffer'"):
         MAGRPOTrainer(**common, reward_func=lambda a, b: [0.0] * len(a), rolout_buffer=2)
-    with pytest.raises(ValueError, match=r"num_agents=3, but MAGRPOConfig\(num_agents=2\)"):
-        MAGRPOTrainer(**common, num_agents=3, reward_func=lambda a, b: [0.0] * len(a))
-    with pytest.raises(ValueError, match=r"got 3 agents, but MAGRPOConfig\(num_agents=2\)"):
+    # As in CoMLRL, the trainer's team size wins over the config's num_agents (which CoMLRL reads for its reference
+    # devices only): three agents are built, and the missing folder is named.
+    with pytest.raises(FileNotFoundError, match=r"model\[0\] = '/no/such/a' could not be loaded"):
         MAGRPOTrainer(
             agents=["/no/such/a", "/no/such/b", "/no/such/c"], tokenizer=tokenizer, train_dataset=data, args=args,
             reward_func=lambda a, b, c: [0.0] * len(a),
@@ -168,7 +179,7 @@ def test_formatters_with_external_prompts_format_later_turns_unless_passthrough(
     trainer = MAGRPOTrainer(
         agent_model=tiny_model_dir, tokenizer=tokenizer, formatters=formatter, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS, "source": ["seed"] * len(SEED_PROMPTS)}),
-        reward_func=lambda a, b, prompts: [float(str(p).startswith("[seed]")) for p in prompts[0]], args=args,
+        reward_func=lambda prompts, a, b: [float(str(prompts[0]).startswith("[seed]"))], args=args,  # CoMLRL's call
     )  # fmt: skip
     trainer.train()
     log = trainer.state.log_history[0]
@@ -227,10 +238,10 @@ def test_a_dataclass_subclass_keeps_the_comlrl_names(tmp_path):
      ("agent_devices", ["cpu", "cpu"]), ("reference_devices", "auto")],
 )  # fmt: skip
 def test_device_settings_that_name_this_process_device_are_accepted_and_said(tmp_path, field, value, caplog):
-    import trl_multiagent.compat.comlrl as comlrl_module
+    import trl_multiagent.comlrl.config as comlrl_module
 
     comlrl_module.logger.info_once.cache_clear()
-    with caplog.at_level("INFO", logger="trl_multiagent.compat.comlrl"):
+    with caplog.at_level("INFO", logger="trl_multiagent.comlrl.config"):
         config = comlrl_config(tmp_path, **{field: value})
     assert config.parallel_training == "none"
     if field != "parallel_training":
@@ -249,8 +260,8 @@ def test_rollout_buffer_counts_tree_nodes(tmp_path):
     assert (config.per_device_train_batch_size, config.gradient_accumulation_steps, config.steps_per_generation) == (
         2, 1, 2,
     )  # fmt: skip
-    assert config.rollout_buffer_size == 6 and config.comlrl.train_batch_size == 3
-    with pytest.raises(ValueError, match=r"rollout_buffer_size \(CoMLRL\) sets per_device_train_batch_size=4, but"):
+    assert config.rollout_buffer_size == 6 and config.comlrl_batch_sizes["train_batch_size"] == 3
+    with pytest.raises(ValueError, match=r"rollout_buffer_size=6 \(CoMLRL\) sets per_device_train_batch_size=4, but"):
         comlrl_config(tmp_path, rollout_buffer_size=6, per_device_train_batch_size=6)
 
 
@@ -328,12 +339,22 @@ def test_agent_learning_rate_is_constant_as_in_comlrl(tmp_path):
     assert comlrl_config(tmp_path, lr_scheduler_type="cosine").lr_scheduler_type == "cosine"
 
 
-def test_comlrl_names_set_after_construction_take_effect_or_raise_by_name(tmp_path):
+def test_comlrl_names_set_after_construction_take_effect_or_raise_by_name(tmp_path, tokenizer, tiny_model_dir):
     config = comlrl_config(tmp_path)
-    config.agent_learning_rate = 3e-5  # as on CoMLRL's config
-    assert config.learning_rate == 3e-5 and config.agent_learning_rate == 3e-5
-    with pytest.raises(AttributeError, match="rollout_buffer_size"):
-        config.rollout_buffer_size = 4
+    config.agent_learning_rate = 3e-5  # as on CoMLRL's config: the trainer trains at it
+    config.advantage_mode = "raw"
+    common = dict(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback,
+    )  # fmt: skip
+    trainer = MAGRPOTrainer(**common, args=config)
+    assert (trainer.args.learning_rate, trainer.args.advantage_baseline) == (3e-5, "none")
+    assert config.learning_rate == 1e-3  # the caller's config is left as it was
+    config.rollout_buffer_size = 4
+    with pytest.raises(ValueError, match=r"\['rollout_buffer_size'\] \(CoMLRL\) set after the config was built"):
+        MAGRPOTrainer(**common, args=config)
+    with pytest.raises(AttributeError, match=r"train_batch_size \(CoMLRL\) is given to the constructor"):
+        config.train_batch_size = 4
 
 
 def test_building_a_config_leaves_the_process_environment_unchanged(tmp_path):
@@ -352,25 +373,31 @@ def test_the_config_holds_no_comlrl_class_and_keeps_its_names_through_copies(tmp
     import inspect
     import pickle
 
-    for cls in (*MAGRPOConfig.__mro__, *type(MAGRPOConfig).__mro__):
-        assert "compat" not in cls.__module__, cls
+    import trl_multiagent
+
+    assert type(MAGRPOConfig) is type and type(trl_multiagent.MAGRPOConfig) is type  # no metaclass
+    assert not any("comlrl" in cls.__module__ for cls in trl_multiagent.MAGRPOConfig.__mro__)
     config = comlrl_config(tmp_path, rollout_buffer_size=6, train_batch_size=3, eval_interval=0)
-    assert not {f.name for f in dataclasses.fields(config)} & {"agent_learning_rate", "rollout_buffer_size"}
-    assert "rollout_buffer_size" not in config.to_dict() and config.to_dict()["learning_rate"] == 1e-3
+    assert {"agent_learning_rate", "rollout_buffer_size"} <= {f.name for f in dataclasses.fields(config)}
+    assert config.to_dict()["rollout_buffer_size"] == 6 and config.to_dict()["learning_rate"] == 1e-3
     for copied in (copy.deepcopy(config), pickle.loads(pickle.dumps(config)), copy.copy(config)):
-        assert copied == config and copied.rollout_buffer_size == 6 and copied.comlrl.train_batch_size == 3
+        assert copied == config and copied.rollout_buffer_size == 6
+        assert copied.comlrl_batch_sizes["train_batch_size"] == 3
         assert copied.external_prompt_passthrough and copied.advantage_mode == "rloo"
-    assert "agent_learning_rate" in inspect.signature(MAGRPOConfig).parameters  # the constructor's keywords
+    for cls in (MAGRPOConfig, trl_multiagent.MAGRPOConfig):
+        assert list(inspect.signature(cls).parameters) == list(inspect.signature(cls.__init__).parameters)[1:]
+    assert "agent_learning_rate" in inspect.signature(MAGRPOConfig).parameters
+    assert "agent_learning_rate" not in inspect.signature(trl_multiagent.MAGRPOConfig).parameters
     assert not hasattr(config, "no_such_name")
 
 
 def test_a_reward_processor_returning_nan_is_named_by_its_keyword(tmp_path, tokenizer, tiny_model_dir):
-    """CoMLRL's `reward_processor` is the core's reward transform; a bad value names it as the user passed it."""
+    """CoMLRL's `reward_processor` applies to each value of the reward; a bad value names it."""
 
     def halve_badly(value):
         return float("nan")
 
-    with pytest.raises(ValueError, match=r"'reward_processor\(halve_badly\)' \(turn 1\) returned nan"):
+    with pytest.raises(ValueError, match=r"reward_processor 'halve_badly' returned nan for the value 0.0 of reward"):
         MAGRPOTrainer(
             agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
             reward_func=lambda a, b: [0.0] * len(a), reward_processor=halve_badly, args=comlrl_config(tmp_path),
@@ -386,13 +413,13 @@ def test_comlrl_names_with_a_bad_num_generations_get_the_configs_own_error(tmp_p
 
 
 def test_comlrls_batch_items_reach_a_reward_by_name_or_through_kwargs():
-    """The core passes each joint action's row as `rows`; compat gives it to CoMLRL's rewards as `batch_items`."""
-    from trl_multiagent.compat.comlrl import rows_named
+    """The core passes each joint action's row as `rows`; the face gives it to CoMLRL's rewards as `batch_items`."""
+    from trl_multiagent.comlrl.rewards import comlrl_reward
     from trl_multiagent.rewards.joint import JointReward
 
     seen = []
 
-    def by_name(completions1, completions2, batch_items):
+    def by_name(completions1, completions2, *, batch_items):  # keyword-only: CoMLRL passes it by name
         seen.append(("by_name", batch_items))
         return [0.0] * len(completions1)
 
@@ -406,7 +433,103 @@ def test_comlrls_batch_items_reach_a_reward_by_name_or_through_kwargs():
             return [0.0] * len(completions1)
 
     rows = [{"prompt": "p", "target": 3}]
-    reward = JointReward([rows_named(f) for f in (by_name, through_kwargs, Scorer())], None, num_agents=2)
-    reward([["a"], ["b"]], 1, {"rows": rows})
+    reward = JointReward([comlrl_reward(f, 2, None) for f in (by_name, through_kwargs, Scorer())], None, num_agents=2)
+    reward([["a"], ["b"]], 1, {"rows": rows, "prompts": [["p"], ["p"]]})
     assert seen == [("by_name", rows), ("through_kwargs", rows), ("Scorer", rows)]
     assert reward.names == ["by_name", "through_kwargs", "Scorer"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(eval_batch_size=0), r"MAGRPOConfig: eval_batch_size \(CoMLRL\) must be >= 1, got 0"),
+        (dict(eval_interval=-1), r"MAGRPOConfig: eval_interval \(CoMLRL\) must be >= 0, got -1"),
+        (dict(eval_num_samples=-1), r"MAGRPOConfig: eval_num_samples \(CoMLRL\) must be >= 0, got -1"),
+        (dict(reference_kl_coef=-0.1), r"MAGRPOConfig: reference_kl_coef \(CoMLRL\) must be >= 0, got -0.1"),
+        (dict(rollout_buffer_size=0), r"MAGRPOConfig: rollout_buffer_size \(CoMLRL\) must be >= 1, got 0"),
+        (dict(parallel_training="ddp"), r"MAGRPOConfig: parallel_training='ddp' \(CoMLRL\) must be one of"),
+        (dict(joint_mode="diagonal"), r"MAGRPOConfig: joint_mode='diagonal' must be one of \['align', 'aligned'"),
+    ],
+)
+def test_comlrls_own_refusals(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MAGRPOConfig(report_to="none", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "spelling, mode", [("align", "aligned"), ("ALIGNED", "aligned"), ("Cross", "cross"), ("crossed", "cross")]
+)
+def test_joint_mode_takes_comlrls_spellings(spelling, mode):
+    assert MAGRPOConfig(report_to="none", joint_mode=spelling).joint_mode == mode
+
+
+def test_defaults_are_comlrls_here_and_trls_in_the_trl_face():
+    import trl
+
+    import trl_multiagent
+
+    comlrl, trl_face, grpo = (
+        MAGRPOConfig(report_to="none"),
+        trl_multiagent.MAGRPOConfig(report_to="none"),
+        trl.GRPOConfig(use_cpu=True, bf16=False, report_to="none"),
+    )
+    assert (comlrl.num_turns, comlrl.early_termination_threshold, comlrl.learning_rate) == (2, -0.2, 5e-6)
+    assert (comlrl.temperature, comlrl.top_p, comlrl.top_k, comlrl.max_completion_length) == (0.6, 0.6, 50, 256)
+    assert (comlrl.num_train_epochs, comlrl.logging_steps, comlrl.num_agents) == (20, 50, 2)
+    assert (trl_face.num_turns, trl_face.early_termination_threshold, trl_face.num_agents) == (1, None, None)
+    for name in (
+        "temperature",
+        "top_p",
+        "top_k",
+        "learning_rate",
+        "num_train_epochs",
+        "logging_steps",
+        "max_completion_length",
+        "num_generations",
+        "beta",
+        "scale_rewards",
+        "lr_scheduler_type",
+    ):
+        assert getattr(trl_face, name) == getattr(grpo, name), name
+
+
+@pytest.mark.parametrize(
+    "name, trl_name",
+    [("agent_learning_rate", "`learning_rate`"), ("rollout_buffer_size", "`per_device_train_batch_size`"),
+     ("advantage_mode", "`advantage_baseline`")],
+)  # fmt: skip
+def test_a_comlrl_config_name_in_the_trl_face_gives_trls_name_and_the_comlrl_face(name, trl_name):
+    import trl_multiagent
+
+    with pytest.raises(TypeError, match="unexpected keyword argument") as raised:
+        trl_multiagent.MAGRPOConfig(report_to="none", **{name: 1})
+    message = str(raised.value)
+    assert f"{name!r}: it is CoMLRL's name; TRL's is {trl_name}" in message
+    assert "from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer" in message
+
+
+@pytest.mark.parametrize(
+    "name, trl_name",
+    [("agents", "`model=[model_a, model_b]`"), ("tokenizer", "`processing_class`"), ("reward_func", "`reward_funcs`")],
+)
+def test_a_comlrl_trainer_name_in_the_trl_face_gives_trls_name_and_the_comlrl_face(name, trl_name, tokenizer):
+    import trl_multiagent
+
+    with pytest.raises(TypeError) as raised:
+        trl_multiagent.MAGRPOTrainer(model="/no/such/model", **{name: 1})
+    assert (
+        f"MAGRPOTrainer.__init__() got an unexpected keyword argument {name!r}: it is CoMLRL's name; TRL's is {trl_name}"
+        in str(raised.value)
+    )
+    assert "from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer" in str(raised.value)
+
+
+def test_a_misspelled_trainer_argument_names_the_closest_ones():
+    import trl_multiagent
+
+    with pytest.raises(TypeError) as raised:
+        trl_multiagent.MAGRPOTrainer(model="/no/such/model", num_agent=2)
+    assert str(raised.value) == (
+        "MAGRPOTrainer.__init__() got an unexpected keyword argument 'num_agent'. Closest names: 'num_agents' "
+        "(MAGRPOTrainer's). Every argument: docs/configuration.md."
+    )

@@ -33,7 +33,7 @@ def build(tmp_path, tok, **overrides):
         transformers_continuous_batching_config=SMALL_CACHE, **overrides,
     )  # fmt: skip
     return MAGRPOTrainer(
-        agents=[sharp_model(tok, seed=i) for i in range(2)], tokenizer=tok, reward_func=length_ratio_reward,
+        model=[sharp_model(tok, seed=i) for i in range(2)], processing_class=tok, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
 
@@ -103,8 +103,8 @@ def test_continuous_batching_generates_with_each_agents_adapter(tmp_path, calls)
     tok = make_tokenizer()
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
     trainer = MAGRPOTrainer(
-        model=sharp_model(tok, seed=0), num_agents=2, peft_config=lora, tokenizer=tok,
-        reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=sharp_model(tok, seed=0), num_agents=2, peft_config=lora, processing_class=tok,
+        reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
                           max_new_tokens=10, report_to="none", use_transformers_continuous_batching=True,

@@ -25,7 +25,7 @@ def build(tmp_path, tokenizer, reward, steps=3, **overrides):
     )  # fmt: skip
     values.update(overrides)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer, reward_func=reward,
+        model=[make_model(tokenizer, seed=i) for i in range(2)], processing_class=tokenizer, reward_funcs=reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(**values),
     )  # fmt: skip

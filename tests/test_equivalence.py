@@ -45,7 +45,7 @@ def test_single_agent_single_turn_equals_grpo(tmp_path, tokenizer, loss_type, sc
 
     ours_model = make_model(tokenizer, seed=3)
     ours = MAGRPOTrainer(
-        agents=[ours_model], tokenizer=tokenizer, reward_func=chars_reward, train_dataset=data,
+        model=[ours_model], processing_class=tokenizer, reward_funcs=chars_reward, train_dataset=data,
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **COMMON, **extra),
     )  # fmt: skip
     ours.train()

@@ -175,8 +175,8 @@ def train_lora_team(folder, base_dir, tokenizer, tmp_path):
         max_new_tokens=8, max_steps=1, learning_rate=1e-2, report_to="none", seed=0, save_strategy="no",
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        model=base_dir, num_agents=2, tokenizer=tokenizer, peft_config=LoraConfig(r=4, target_modules="all-linear"),
-        reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=base_dir, num_agents=2, processing_class=tokenizer, peft_config=LoraConfig(r=4, target_modules="all-linear"),
+        reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     trainer.train()
@@ -388,7 +388,7 @@ def test_the_command_on_the_embedded_model(tmp_path):
     )  # fmt: skip
     trainer = MAGRPOTrainer(
         model=str(default_model_dir()), num_agents=2, peft_config=LoraConfig(r=4, target_modules="all-linear"),
-        reward_func=length_ratio_reward, external_transition=chat_length_feedback,
+        reward_funcs=length_ratio_reward, external_transition=chat_length_feedback,
         train_dataset=Dataset.from_dict({"prompt": [as_user_message(p) for p in PROMPTS]}), args=args,
     )  # fmt: skip
     trainer.save_model(str(tmp_path / "out"))

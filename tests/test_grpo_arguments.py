@@ -71,7 +71,7 @@ def test_trust_remote_code_reaches_the_agents_their_tokenizers_and_reward_models
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     remote = remote_code_model(tmp_path / "remote", tokenizer)
     trainer = MAGRPOTrainer(
-        agents=[remote, remote], reward_funcs=[length_ratio_reward, remote],
+        model=[remote, remote], reward_funcs=[length_ratio_reward, remote],
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path, trust_remote_code=True),
     )  # fmt: skip
     assert [type(trainer.team.agent(i)).__name__ for i in range(2)] == ["TinyRemoteForCausalLM"] * 2
@@ -84,7 +84,7 @@ def test_without_trust_remote_code_a_remote_code_agent_is_not_run(tmp_path, toke
     remote = remote_code_model(tmp_path / "remote", tokenizer)
     with pytest.raises(ValueError, match="trust_remote_code"):
         MAGRPOTrainer(
-            agents=[remote, remote], reward_funcs=length_ratio_reward,
+            model=[remote, remote], reward_funcs=length_ratio_reward,
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
         )  # fmt: skip
 
@@ -94,7 +94,7 @@ def test_every_reward_returning_none_gives_trls_warning(tmp_path, tokenizer, cap
         return [None] * len(completions_0)
 
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer), make_model(tokenizer)], tokenizer=tokenizer, reward_funcs=skip_long,
+        model=[make_model(tokenizer), make_model(tokenizer)], processing_class=tokenizer, reward_funcs=skip_long,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
     )  # fmt: skip
     with caplog.at_level("WARNING"):
@@ -105,11 +105,15 @@ def test_every_reward_returning_none_gives_trls_warning(tmp_path, tokenizer, cap
 
 def test_missing_reward_and_dataset_errors_carry_trls_words(tmp_path, tokenizer):
     model, data = make_model(tokenizer), Dataset.from_dict({"prompt": SEED_PROMPTS})
-    with pytest.raises(ValueError, match="MAGRPOTrainer: No reward source provided. Pass `reward_func=`"):
-        MAGRPOTrainer(model=model, num_agents=2, tokenizer=tokenizer, train_dataset=data, args=args(tmp_path))
+    with pytest.raises(ValueError, match="MAGRPOTrainer: No reward source provided. Pass `reward_funcs=`"):
+        MAGRPOTrainer(model=model, num_agents=2, processing_class=tokenizer, train_dataset=data, args=args(tmp_path))
     with pytest.raises(ValueError, match="`train_dataset` is required unless an `environment_factory` is provided"):
         MAGRPOTrainer(
-            model=model, num_agents=2, tokenizer=tokenizer, reward_func=length_ratio_reward, args=args(tmp_path)
+            model=model,
+            num_agents=2,
+            processing_class=tokenizer,
+            reward_funcs=length_ratio_reward,
+            args=args(tmp_path),
         )
 
 
@@ -119,8 +123,8 @@ def test_an_adapter_on_lm_head_is_refused_as_grpo_trainer_refuses_it(tmp_path, t
     lora = LoraConfig(r=4, target_modules=["q_proj", "lm_head"], task_type="CAUSAL_LM")
     with pytest.raises(ValueError, match=r"agent 0: Applying a PEFT adapter to `lm_head` is not supported"):
         MAGRPOTrainer(
-            model=make_model(tokenizer, tied=False), num_agents=2, tokenizer=tokenizer, peft_config=lora,
-            reward_func=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+            model=make_model(tokenizer, tied=False), num_agents=2, processing_class=tokenizer, peft_config=lora,
+            reward_funcs=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
             args=args(tmp_path),
         )  # fmt: skip
 
@@ -128,7 +132,7 @@ def test_an_adapter_on_lm_head_is_refused_as_grpo_trainer_refuses_it(tmp_path, t
 def test_a_dict_of_eval_datasets_is_evaluated_per_name(tmp_path, tokenizer):
     data = Dataset.from_dict({"prompt": SEED_PROMPTS})
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer), make_model(tokenizer)], tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=[make_model(tokenizer), make_model(tokenizer)], processing_class=tokenizer, reward_funcs=length_ratio_reward,
         train_dataset=data, eval_dataset={"easy": data.select(range(2)), "hard": data.select(range(2, 4))},
         args=args(tmp_path, per_device_eval_batch_size=2),
     )  # fmt: skip
@@ -142,7 +146,7 @@ def test_a_dict_of_eval_datasets_is_checked_by_name(tmp_path, tokenizer):
     data = Dataset.from_dict({"prompt": SEED_PROMPTS})
     with pytest.raises(ValueError, match=r"eval_dataset\['hard'\] has no 'prompt' column"):
         MAGRPOTrainer(
-            agents=[make_model(tokenizer), make_model(tokenizer)], tokenizer=tokenizer,
-            reward_func=length_ratio_reward, train_dataset=data,
+            model=[make_model(tokenizer), make_model(tokenizer)], processing_class=tokenizer,
+            reward_funcs=length_ratio_reward, train_dataset=data,
             eval_dataset={"easy": data, "hard": Dataset.from_dict({"question": SEED_PROMPTS})}, args=args(tmp_path),
         )  # fmt: skip

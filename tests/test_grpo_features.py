@@ -35,7 +35,7 @@ def stock_and_ours(
             )  # fmt: skip
         else:
             trainer = MAGRPOTrainer(
-                agents=[model], tokenizer=tokenizer, reward_funcs=reward_funcs, train_dataset=data,
+                model=[model], processing_class=tokenizer, reward_funcs=reward_funcs, train_dataset=data,
                 args=MAGRPOConfig(**args, **(ours_only or {})),
             )  # fmt: skip
         policy = trainer.model if kind == "stock" else trainer.team.agent(0)
@@ -70,7 +70,7 @@ def test_lm_head_cast_to_fp32_equals_grpo(tmp_path, tokenizer):
 def test_lm_head_cast_to_fp32_gives_float32_logits_on_each_agent(tmp_path, tokenizer):
     agents = [make_model(tokenizer, seed=s).to(torch.bfloat16) for s in (1, 2)]
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+        model=agents, processing_class=tokenizer, reward_funcs=lambda a, b: [0.0] * len(a),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(output_dir=str(tmp_path), **{**COMMON, "cast_lm_head_to_fp32": True}),
     )  # fmt: skip
@@ -107,16 +107,16 @@ def test_reference_equals_grpo(tmp_path, tokenizer, tiny_model_dir, sync_ref_mod
     assert moved > 10 if sync_ref_model else moved == 0  # synced references moved toward the policy
 
 
-def two_agent_trainer(tmp_path, tokenizer, agents=None, peft_config=None, **overrides):
+def two_agent_trainer(tmp_path, tokenizer, model=None, peft_config=None, **overrides):
     """Two full agents, or one shared base with two LoRA adapters."""
-    kwargs = dict(agents=agents) if agents else dict(model=make_model(tokenizer, seed=0), num_agents=2)
-    if not agents:
+    kwargs = dict(model=model) if model else dict(model=make_model(tokenizer, seed=0), num_agents=2)
+    if not model:
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     if peft_config is not None:
         kwargs["peft_config"] = peft_config
     args = dict(output_dir=str(tmp_path), **{**COMMON, "learning_rate": 0.05, **overrides})
     return MAGRPOTrainer(
-        **kwargs, tokenizer=tokenizer, reward_func=lambda a, b: [len(x) - len(y) / 2 for x, y in zip(a, b, strict=True)],
+        **kwargs, processing_class=tokenizer, reward_funcs=lambda a, b: [len(x) - len(y) / 2 for x, y in zip(a, b, strict=True)],
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=MAGRPOConfig(**args),
     )  # fmt: skip
 

@@ -1,5 +1,5 @@
 """The package's floors (docs/architecture.md): each module imports only from its own floor or the floors below,
-CoMLRL is reached through its two seams only (and its names are known in `compat/` only), and the core imports none of
+the CoMLRL face (`comlrl/`) sits on top of the TRL face and its names are known there only, and the core imports none of
 the demo tooling, nor names it in a string (an `importlib` spec or a `module:function` default)."""
 
 import ast
@@ -12,24 +12,28 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
-    ["devices", "timing", "flags", "model_card", "prepared_models", "callables", "generation.output"]
+    ["devices", "timing", "flags", "model_card", "prepared_models", "callables", "generation.output", "keywords"]
+    + ["comlrl.names"]  # the CoMLRL names the TRL face refuses, read only to say what they are in TRL's terms
     + ["credit", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
     ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle", "trees"],
-    ["compat"],
     ["config"],
     ["arguments"],
     ["trainer"],
+    ["comlrl"],  # the CoMLRL face: subclasses of the TRL face's config and trainer
     ["evaluation", "view"],  # the commands `python -m trl_multiagent.evaluation` and `.view`: anything below
     [""],  # the package's __init__
 ]
 OUTSIDE = ("demo", "models", "plot")
-COMLRL_SEAMS = {"config", "arguments"}
-# CoMLRL's names that only `compat/` may know: its reward keyword `batch_items` (the core's `rows`) and its
-# `reward_processor` (the core's reward transform); `compat.comlrl` translates both when the trainer is built.
-COMLRL_NAMES = re.compile(r"\b(batch_items|processor|reward_processor)\b")
+# CoMLRL's names that only its face (`comlrl/`) may know: its reward keyword, its trainer's and its config's own
+COMLRL_NAMES = re.compile(
+    r"\b(batch_items|processor|reward_processor|agent_model|wandb_config|eval_logger|eval_aggregator|"
+    r"agent_learning_rate|rollout_buffer_size|advantage_mode|advantage_normalization|eval_interval|eval_num_samples|"
+    r"external_prompt_passthrough|parallel_training|agent_devices|reference_devices|reference_kl_enabled|"
+    r"reference_kl_coef)\b"
+)
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -71,8 +75,6 @@ def violations(module: str, source: str, is_package: bool = False) -> list[str]:
             found.append(f"{module} (core) imports the demo tooling ({target})")
         elif floor_of(target) > floor_of(module):
             found.append(f"{module} (floor {floor_of(module)}) imports {target} (floor {floor_of(target)})")
-        elif target.startswith("compat") and module not in COMLRL_SEAMS and not module.startswith("compat"):
-            found.append(f"{module} imports {target}; only {sorted(COMLRL_SEAMS)} reach CoMLRL's compatibility")
     return found
 
 
@@ -88,14 +90,15 @@ def test_imports_go_down_only(path):
 @pytest.mark.parametrize(
     ("module", "line", "found"),
     [
-        ("rollout.tree", "from ..trainer import MAGRPOTrainer", "floor 3) imports trainer (floor 8)"),
+        ("rollout.tree", "from ..trainer import MAGRPOTrainer", "floor 3) imports trainer (floor 7)"),
         ("checkpoint", "from .demo.models import HUB_ID", "imports the demo tooling"),
-        ("trainer", "from .compat import comlrl", "only ['arguments', 'config'] reach"),
+        ("trainer", "from .comlrl import MAGRPOTrainer", "floor 7) imports comlrl (floor 8)"),
+        ("keywords", "from .comlrl.names import trl_equivalent", None),  # the names table: floor 0
         ("generation.vllm_colocate", "from ..credit.returns import joint_choices", None),  # floor 0: allowed
         ("generation.base", "from ..rollout.tree import Node", "imports rollout.tree"),
         ("evaluation.runs", "from .statistics import mean_ci", None),  # within floor 9: allowed
         ("evaluation.runs", "from ..trainer import MAGRPOTrainer", None),
-        ("trainer", "from .evaluation.statistics import mean_ci", "floor 8) imports evaluation.statistics (floor 9)"),
+        ("trainer", "from .evaluation.statistics import mean_ci", "floor 7) imports evaluation.statistics (floor 9)"),
         ("evaluation.task", "from ..demo.examples import HELD_OUT_PROMPTS", "imports the demo tooling"),
     ],
 )
@@ -105,9 +108,9 @@ def test_the_check_finds_a_back_edge(module, line, found):
 
 
 @pytest.mark.parametrize("path", MODULES, ids=module_name)
-def test_only_compat_knows_comlrls_names(path):
+def test_only_the_comlrl_face_knows_comlrls_names(path):
     module = module_name(path)
-    if module.split(".")[0] not in ("compat", *OUTSIDE):
+    if module.split(".")[0] not in ("comlrl", *OUTSIDE):
         assert COMLRL_NAMES.findall(path.read_text()) == [], module
 
 

@@ -14,8 +14,8 @@ def test_length_ratio_reward_rises(tmp_path, tokenizer):
         report_to="none", seed=0, save_strategy="no", disable_tqdm=True,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
-        reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=[make_model(tokenizer, seed=i) for i in range(2)], processing_class=tokenizer,
+        reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 4}), args=args,
     )  # fmt: skip
     trainer.train()

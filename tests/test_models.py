@@ -120,7 +120,7 @@ def _save_lora_team(base: str, output_dir):
     lora = LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM")
     dataset = Dataset.from_dict({"prompt": SEED_PROMPTS})
     trainer = MAGRPOTrainer(
-        model=base, num_agents=2, peft_config=lora, reward_func=length_ratio_reward, train_dataset=dataset, args=args
+        model=base, num_agents=2, peft_config=lora, reward_funcs=length_ratio_reward, train_dataset=dataset, args=args
     )
     trainer.save_model()
     return [json.loads((output_dir / f"agent_{i}" / "adapter_config.json").read_text()) for i in range(2)]

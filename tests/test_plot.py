@@ -101,8 +101,8 @@ def test_plot_a_real_tiny_run(tmp_path, tokenizer):
         per_device_train_batch_size=8, max_new_tokens=4, max_steps=2, logging_steps=1, report_to="none", seed=0,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
-        reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=[make_model(tokenizer, seed=i) for i in range(2)], processing_class=tokenizer,
+        reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     trainer.train()

@@ -245,7 +245,7 @@ def train_one_step(tmp_path, tokenizer, share_prompts, checkpointing=None):
         gradient_checkpointing_kwargs=checkpointing,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), args=args,
     )  # fmt: skip
     assert trainer.share_prompts is share_prompts

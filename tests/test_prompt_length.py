@@ -61,7 +61,7 @@ def test_training_shortens_second_turn_prompts_and_logs_the_count(tmp_path):
         max_prompt_length=16, max_steps=1, early_termination_threshold=None, report_to="none", logging_steps=1,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tok, seed=i) for i in range(2)], tokenizer=tok, reward_func=length_ratio_reward,
+        model=[make_model(tok, seed=i) for i in range(2)], processing_class=tok, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     trainer.train()
@@ -73,7 +73,7 @@ def test_training_shortens_second_turn_prompts_and_logs_the_count(tmp_path):
 def test_default_limit_is_the_context_left_after_the_completion():
     tok = make_tokenizer()
     args = MAGRPOConfig(output_dir="unused", num_generations=2, per_device_train_batch_size=2, max_new_tokens=12)
-    trainer = MAGRPOTrainer(agents=[make_model(tok)], tokenizer=tok, reward_func=lambda c: [0.0] * len(c),
+    trainer = MAGRPOTrainer(model=[make_model(tok)], processing_class=tok, reward_funcs=lambda c: [0.0] * len(c),
                             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args)  # fmt: skip
     assert trainer.generator.max_prompt_lengths == [512 - 12]  # tiny models have 512 positions
 
@@ -84,5 +84,5 @@ def test_a_limit_beyond_the_agents_context_is_refused():
                         max_prompt_length=501)  # fmt: skip
     with pytest.raises(ValueError, match=r"max_prompt_length=501 plus max_completion_length=12 exceeds a llama agent's "
                                          r"max_position_embeddings=512"):  # fmt: skip
-        MAGRPOTrainer(agents=[make_model(tok)], tokenizer=tok, reward_func=lambda c: [0.0] * len(c),
+        MAGRPOTrainer(model=[make_model(tok)], processing_class=tok, reward_funcs=lambda c: [0.0] * len(c),
                       train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args)  # fmt: skip

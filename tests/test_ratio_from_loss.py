@@ -38,7 +38,7 @@ def build(tmp_path, tokenizer, loss_type="grpo", mode="token_truncate", **overri
     )  # fmt: skip
     values.update(overrides)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=s) for s in (1, 2)], tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=[make_model(tokenizer, seed=s) for s in (1, 2)], processing_class=tokenizer, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=MAGRPOConfig(**values),
     )  # fmt: skip

@@ -67,7 +67,7 @@ def trained_trainer(reference, tokenizer, tmp_path):
     )
     assert (args.beta, args.num_iterations, args.team_reward_weight, args.branching) == (0.0, 1, 1.0, "all")
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=s) for s in SEEDS], tokenizer=tokenizer, reward_func=reward,
+        model=[make_model(tokenizer, seed=s) for s in SEEDS], processing_class=tokenizer, reward_funcs=reward,
         external_transition=feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     trainer.train()

@@ -13,7 +13,6 @@ from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaF
 from trl.rewards import think_format_reward
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, joint, per_agent, per_joint_action
-from trl_multiagent.compat.comlrl import read_one_value
 from trl_multiagent.demo.testing import make_model, make_tokenizer
 from trl_multiagent.rewards import joint as rewards_module
 from trl_multiagent.rewards.joint import JointReward, aggregate_agents
@@ -38,7 +37,7 @@ def config(tmp_path, **overrides):
 def train(tmp_path, tokenizer, dataset, **kwargs):
     args = kwargs.pop("args", None) or config(tmp_path)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], tokenizer=tokenizer,
+        model=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], processing_class=tokenizer,
         train_dataset=dataset, args=args, **kwargs,
     )  # fmt: skip
     trainer.train()
@@ -66,34 +65,49 @@ def test_the_convention_rules():
     assert aggregate_agents("sum", [[1.0, None], [3.0, None]]) == [4.0, None]
 
 
-def test_a_comlrl_reward_called_per_joint_action_gives_the_batched_rewards(tmp_path, tokenizer):
-    """CoMLRL 1.4.3's reward reads `completions1[0]` and `batch_items[0]` and returns one value: called once per joint
-    action, it gives the same joint rewards, and so the same update, as the batched function."""
+def test_a_reward_stated_per_joint_action_gives_the_batched_rewards(tmp_path, tokenizer):
+    """A reward that reads `completions1[0]` and `rows[0]` and returns one value, stated `per_joint_action`: called
+    once per joint action, it gives the same joint rewards, and so the same update, as the batched function."""
     dataset = Dataset.from_dict({"prompt": SEED_PROMPTS, "target": [3, 5, 7, 9]})
     calls = []
 
-    def comlrl_reward(completions1, completions2, batch_items=None):
-        calls.append((len(completions1), len(completions2), len(batch_items)))
-        return [float(abs(len(completions2[0]) - batch_items[0]["target"]) - len(completions1[0]))]
+    @per_joint_action
+    def one_action(completions1, completions2, rows=None):
+        calls.append((len(completions1), len(completions2), len(rows)))
+        return [float(abs(len(completions2[0]) - rows[0]["target"]) - len(completions1[0]))]
 
-    def batched_reward(completions1, completions2, batch_items):
+    def batched_reward(completions1, completions2, rows):
         return [
-            float(abs(len(b) - r["target"]) - len(a))
-            for a, b, r in zip(completions1, completions2, batch_items, strict=True)
+            float(abs(len(b) - r["target"]) - len(a)) for a, b, r in zip(completions1, completions2, rows, strict=True)
         ]
 
-    per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_func=comlrl_reward)
-    batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_func=batched_reward)
+    per_action, per_action_log = train(tmp_path / "a", tokenizer, dataset, reward_funcs=one_action)
+    batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_funcs=batched_reward)
     assert per_action.task.joint_reward.one_action_per_call == [True]
     assert batched.task.joint_reward.one_action_per_call == [False]
-    # the build-time call with 2 joint actions (one call, then 2 one-action calls), then 2 prompts x K=2 per call
-    assert set(calls) == {(2, 2, 2), (1, 1, 1)} and len(calls) == 1 + 2 + 4
+    # the build-time call with 2 joint actions, then 2 prompts x K=2: one call per joint action
+    assert set(calls) == {(1, 1, 1)} and len(calls) == 2 + 4
     for key in ("turn_1/reward_mean", "turn_1/reward_std", "train_loss"):
         assert per_action_log[key] == pytest.approx(batched_log[key], abs=1e-6)
     for (name, a), (_, b) in zip(per_action.team.state_dict().items(), batched.team.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     initial = make_model(tokenizer, seed=0).state_dict()
     assert any(not torch.equal(p, initial[n]) for n, p in per_action.team.agent(0).state_dict().items())
+
+
+def test_an_unstated_reward_returning_one_value_for_several_is_a_count_error_naming_the_wrapper():
+    """The convention is read from the signature, never from a return: one value for two joint actions is an error."""
+    from trl_multiagent.rewards.joint import JointReward
+
+    def one_value(completions1, completions2):
+        return [0.5]
+
+    reward = JointReward([one_value], None, num_agents=2)
+    with pytest.raises(
+        ValueError, match=r"returned 1 value for 2 joint actions.*wrap it: per_joint_action\(one_value\)"
+    ):
+        reward([["a", "b"], ["c", "d"]], 1, {})
+    assert reward.one_action_per_call == [False]  # the call changed nothing
 
 
 def chat_tokenizer():
@@ -243,34 +257,10 @@ def test_wrappers_keep_the_name_and_refuse_a_reward_model():
         per_agent("some/reward-model")
 
 
-def test_one_value_for_two_joint_actions_is_read_per_joint_action_and_said_once(tmp_path, tokenizer, caplog):
-    """A joint reward returning `[0.5]` for the build-time call's 2 joint actions: said at WARNING, once, naming the
-    function and both ways out; then called once per joint action, it trains on its values."""
-    calls = []
-
-    def constant(completions1, completions2):
-        calls.append(len(completions1))
-        return [0.5]
-
-    rewards_module.logger.warning_once.cache_clear()
-    with caplog.at_level("WARNING"):
-        trainer, log = train(tmp_path, tokenizer, Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_func=constant)
-    said = (
-        "Reward function 'constant' returned 1 value for 2 joint actions (turn 1), so it is read as CoMLRL's "
-        "per-joint-action convention: it will be called once per joint action"
-    )
-    assert caplog.text.count(said) == 1
-    assert "state it with per_joint_action(constant)" in caplog.text
-    assert "If this is a bug, return one value per joint action" in caplog.text
-    assert trainer.task.joint_reward.one_action_per_call == [True]
-    assert calls == [2, 1, 1] + [1] * 4  # the build-time call, its 2 joint actions one by one, the step's 4
-    assert log["turn_1/reward_mean"] == 0.5 and log["turn_1/reward_std"] == 0.0
-
-
 def test_a_wrong_count_is_an_error_naming_the_function_the_turn_and_the_counts():
     """`joint` makes `[0.5]` for 2 joint actions an error; 3 values for 4 fail with or without it; one value for 2
-    is an error without the trainer's rule (CoMLRL's, `compat.comlrl.read_one_value`); a reward that returned one
-    value, read per joint action by that rule, is told why it is called so when it then fails."""
+    is an error too (a convention is never read from a return); stated per joint action, a reward that then fails is
+    told why it is called so."""
 
     def half(completions1, completions2):
         return [0.5]
@@ -289,10 +279,7 @@ def test_a_wrong_count_is_an_error_naming_the_function_the_turn_and_the_counts()
         return [0.0] * (len(completions1) - 1)
 
     with pytest.raises(ValueError, match=r"'shrinking' \(turn 1\) returned 1 value for 2 joint actions; it must"):
-        JointReward([shrinking], None, num_agents=2)(two, 1, {})  # no rule for one value: a count error
-    reward = JointReward([shrinking], None, num_agents=2, one_value_for_several=read_one_value)  # the trainer's rule
-    with pytest.raises(ValueError, match=r"'shrinking' \(turn 1, called once per joint action since it returned 1 "):
-        reward(two, 1, {})
+        JointReward([shrinking], None, num_agents=2)(two, 1, {})  # one value for two: a count error
     with pytest.raises(ValueError, match=r"per_joint_action\(shrinking\) states\) returned 0 values for 1 joint"):
         JointReward([per_joint_action(shrinking)], None, num_agents=2)(two, 1, {})
 
@@ -365,8 +352,8 @@ def test_an_off_by_one_reward_gets_one_error_that_says_so(tmp_path, tokenizer, c
     rewards_module.logger.warning_once.cache_clear()
     with caplog.at_level("WARNING"), pytest.raises(ValueError) as raised:
         MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], tokenizer=tokenizer,
-            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=config(tmp_path), reward_func=off_by_one,
+            model=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], processing_class=tokenizer,
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=config(tmp_path), reward_funcs=off_by_one,
         )  # fmt: skip
     message = str(raised.value)
     assert message.startswith(

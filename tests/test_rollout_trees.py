@@ -36,9 +36,9 @@ def train(tmp_path, tokenizer, **overrides):
     )  # fmt: skip
     values.update(overrides)
     trainer = KeepsBatches(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)],
-        tokenizer=tokenizer,
-        reward_func=length_reward,
+        model=[make_model(tokenizer, seed=i) for i in range(2)],
+        processing_class=tokenizer,
+        reward_funcs=length_reward,
         external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:4]}),
         args=MAGRPOConfig(**values),
@@ -170,8 +170,8 @@ def test_tool_calls_their_results_and_the_worlds_reward_are_recorded(tmp_path, m
     tokenizer = make_tool_tokenizer()
     script_ours(monkeypatch, tokenizer, notebook_script)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
-        reward_func=lambda c0, c1, environments: [0.0] * len(c0), environment_factory=Notebook,
+        model=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], processing_class=tokenizer,
+        reward_funcs=lambda c0, c1, environments: [0.0] * len(c0), environment_factory=Notebook,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS, "secret": ["alpha", "beta"]}),
         args=MAGRPOConfig(output_dir=str(tmp_path), reward_weights=[1.0, 2.0], log_rollout_trees=True, **COMMON),
     )  # fmt: skip

@@ -15,7 +15,7 @@ def test_samples_are_the_scored_joint_answers_of_the_first_and_last_step(tmp_pat
         max_steps=3, early_termination_threshold=None, report_to="none", logging_steps=1, seed=0,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=[make_model(tokenizer, seed=i) for i in range(2)], processing_class=tokenizer, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     printed = []

@@ -16,7 +16,7 @@ def test_seed_example_runs_unchanged(model_name):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+    from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     train_dataset = Dataset.from_dict(
@@ -69,7 +69,10 @@ def test_seed_example_runs_unchanged(model_name):
 
     logs = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]
     assert trainer.state.epoch == pytest.approx(2.0)
-    assert len(logs) == trainer.state.global_step == 4  # 4 prompts, 2 per step, 2 epochs
+    # CoMLRL's step: one prompt (rollout_buffer_size=2 tree nodes of an agent hold one prompt's 5-node tree), so
+    # 4 prompts x 2 epochs
+    assert len(logs) == trainer.state.global_step == 8
+    assert (config.per_device_train_batch_size, config.learning_rate, config.temperature) == (4, 5e-6, 0.6)
     assert all("turn_2/reward_mean" in h for h in logs)
     for h in logs:
         assert 0.0 < h["turn_1/reward_mean"] <= 1.0 and 0.0 < h["turn_2/reward_mean"] <= 1.0

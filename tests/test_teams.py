@@ -30,7 +30,7 @@ def args_for(tmp_path, **overrides):
 def shared_lora_trainer(tmp_path, tokenizer, n, lora=None, prompts=SEED_PROMPTS, **overrides):
     return MAGRPOTrainer(
         model=make_model(tokenizer, seed=0), num_agents=n, peft_config=LoraConfig(**(lora or LORA)),
-        tokenizer=tokenizer, reward_func=lambda *completions: length_ratio_reward(*completions[:2]),
+        processing_class=tokenizer, reward_funcs=lambda *completions: length_ratio_reward(*completions[:2]),
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": prompts}),
         args=args_for(tmp_path, **overrides),
     )  # fmt: skip
@@ -166,8 +166,8 @@ def test_frozen_agent_is_bit_identical(tmp_path, tokenizer, shared):
         trainer = shared_lora_trainer(tmp_path, tokenizer, 2, max_steps=3, trainable_agents=[1])
     else:
         trainer = MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
-            reward_func=length_ratio_reward, external_transition=length_feedback,
+            model=[make_model(tokenizer, seed=i) for i in range(2)], processing_class=tokenizer,
+            reward_funcs=length_ratio_reward, external_transition=length_feedback,
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
             args=args_for(tmp_path, max_steps=3, trainable_agents=[1]),
         )  # fmt: skip
@@ -185,8 +185,8 @@ def test_kl_against_reference(tmp_path, tokenizer, shared):
         trainer = shared_lora_trainer(tmp_path, tokenizer, 2, **overrides)
     else:
         trainer = MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=i) for i in range(2)], tokenizer=tokenizer,
-            reward_func=length_ratio_reward, external_transition=length_feedback,
+            model=[make_model(tokenizer, seed=i) for i in range(2)], processing_class=tokenizer,
+            reward_funcs=length_ratio_reward, external_transition=length_feedback,
             train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args_for(tmp_path, **overrides),
         )  # fmt: skip
         assert trainer.ref_team is not None
@@ -201,7 +201,7 @@ def test_a_tokenizer_that_does_not_match_its_agent_is_named(tmp_path):
     tok_a, tok_b = make_tokenizer(400), make_tokenizer(300)
     agents = [make_model(tok_a, seed=0, arch="llama"), make_model(tok_b, seed=1, arch="qwen2", hidden=48)]
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=[tok_b, tok_a], reward_func=length_ratio_reward,  # swapped
+        model=agents, processing_class=[tok_b, tok_a], reward_funcs=length_ratio_reward,  # swapped
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=args_for(tmp_path, early_termination_threshold=None),
     )  # fmt: skip
@@ -214,7 +214,7 @@ def test_heterogeneous_team_llama_and_qwen2(tmp_path):
     tok_a, tok_b = make_tokenizer(400), make_tokenizer(300)
     agents = [make_model(tok_a, seed=0, arch="llama"), make_model(tok_b, seed=1, arch="qwen2", hidden=48)]
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=[tok_a, tok_b], reward_func=length_ratio_reward,
+        model=agents, processing_class=[tok_a, tok_b], reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=args_for(tmp_path, early_termination_threshold=None),
     )  # fmt: skip
@@ -239,7 +239,7 @@ def test_heterogeneous_team_llama_and_qwen2(tmp_path):
 def test_separate_bases_each_with_an_adapter(tmp_path, tokenizer):
     agents = [make_model(tokenizer, seed=i) for i in range(2)]
     trainer = MAGRPOTrainer(
-        agents=agents, peft_config=LoraConfig(**LORA), tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=agents, peft_config=LoraConfig(**LORA), processing_class=tokenizer, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=args_for(tmp_path, beta=0.1),
     )  # fmt: skip
@@ -273,7 +273,7 @@ def test_separate_bases_each_with_an_adapter(tmp_path, tokenizer):
 def build_before_loading(tmp_path, **overrides):
     """A trainer whose agents cannot be loaded (`no/such-model`): a check that passes reaches the hub and fails there."""
     kwargs = dict(
-        agents=["no/such-model"] * 2, tokenizer=make_tokenizer(), reward_func=length_ratio_reward,
+        model=["no/such-model"] * 2, processing_class=make_tokenizer(), reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=args_for(tmp_path),
     )  # fmt: skip
@@ -298,15 +298,15 @@ def test_trainable_agents_that_train_nobody_or_repeat_an_agent_are_refused_befor
 
 @pytest.mark.parametrize("path", ["/nope/model", "./nope/model", "~/nope-model", "runs/nope/agent_0"])
 def test_a_missing_folder_is_said_before_the_hub_is_asked(tmp_path, path):
-    with pytest.raises(FileNotFoundError, match=rf"agents\[0\] = '{path}' could not be loaded: no such folder"):
-        build_before_loading(tmp_path, agents=[path, "no/such-model"])
+    with pytest.raises(FileNotFoundError, match=rf"model\[0\] = '{path}' could not be loaded: no such folder"):
+        build_before_loading(tmp_path, model=[path, "no/such-model"])
     with pytest.raises(FileNotFoundError, match=rf"model = '{path}' could not be loaded: no such folder"):
-        build_before_loading(tmp_path, agents=None, model=path, num_agents=2)
+        build_before_loading(tmp_path, model=path, num_agents=2)
 
 
 def test_an_agent_that_is_not_a_model_is_named_before_loading(tmp_path):
-    with pytest.raises(TypeError, match=r"agents\[1\] must be a model or a model id, got int: 7"):
-        build_before_loading(tmp_path, agents=["no/such-model", 7])
+    with pytest.raises(TypeError, match=r"model\[1\] must be a model or a model id, got int: 7"):
+        build_before_loading(tmp_path, model=["no/such-model", 7])
 
 
 @pytest.mark.parametrize("given_tokenizer", [True, False], ids=["model", "tokenizer"])
@@ -315,10 +315,12 @@ def test_an_agent_that_cannot_be_loaded_is_named_with_the_loader_error_chained(t
     empty = tmp_path / "empty"  # a folder, but no model or tokenizer in it
     empty.mkdir()
     what = "" if given_tokenizer else "the tokenizer of "
-    message = rf"MAGRPOTrainer: {what}agents\[1\] = '{re.escape(str(empty))}' could not be loaded: "
+    message = rf"MAGRPOTrainer: {what}model\[1\] = '{re.escape(str(empty))}' could not be loaded: "
     with pytest.raises((OSError, ValueError), match=message) as caught:
         build_before_loading(
-            tmp_path, agents=[tiny_model_dir, str(empty)], tokenizer=make_tokenizer() if given_tokenizer else None
+            tmp_path,
+            model=[tiny_model_dir, str(empty)],
+            processing_class=make_tokenizer() if given_tokenizer else None,
         )
     cause = caught.value.__cause__  # the loader's own error, with its traceback, and of the same kind
     assert cause is not None and isinstance(caught.value, OSError) == isinstance(cause, OSError)

@@ -97,7 +97,7 @@ def test_one_agent_with_tools_equals_grpo_trainer(tmp_path, monkeypatch):
     script_ours(monkeypatch, tokenizer)
     ours_model = make_model(tokenizer, max_positions=2048, seed=3)
     ours = MAGRPOTrainer(
-        agents=[ours_model], tokenizer=tokenizer, reward_funcs=[ids_reward, messages_reward], train_dataset=data,
+        model=[ours_model], processing_class=tokenizer, reward_funcs=[ids_reward, messages_reward], train_dataset=data,
         tools=[add],
         args=MAGRPOConfig(output_dir=str(tmp_path / "ours"), **COMMON),
     )  # fmt: skip
@@ -116,8 +116,8 @@ def test_tool_tokens_get_no_loss_terms(tmp_path, monkeypatch):
     tokenizer = make_tool_tokenizer()
     script_ours(monkeypatch, tokenizer)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
-        reward_func=lambda c0, c1: [float(len(a) - len(b)) for a, b in zip(c0, c1, strict=True)],
+        model=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], processing_class=tokenizer,
+        reward_funcs=lambda c0, c1: [float(len(a) - len(b)) for a, b in zip(c0, c1, strict=True)],
         train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[[add], []],
         args=MAGRPOConfig(output_dir=str(tmp_path), **COMMON),
     )  # fmt: skip
@@ -194,8 +194,8 @@ def test_a_team_acts_on_a_shared_world_and_learns_from_its_reward(tmp_path, monk
         return [0.0] * len(c0)
 
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
-        reward_func=heard, environment_factory=Notebook,
+        model=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], processing_class=tokenizer,
+        reward_funcs=heard, environment_factory=Notebook,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS, "secret": ["alpha", "beta"]}),
         args=MAGRPOConfig(output_dir=str(tmp_path), reward_weights=[1.0, 2.0], log_completions=True, **COMMON),
     )  # fmt: skip
@@ -224,7 +224,7 @@ def test_a_chat_template_without_tools_gets_trls_message_and_the_fix(tmp_path):
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     with pytest.raises(ValueError, match=r"does not support tool calling.*qwen2_5_chat_template"):
         MAGRPOTrainer(
-            agents=[make_model(tokenizer)] * 2, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+            model=[make_model(tokenizer)] * 2, processing_class=tokenizer, reward_funcs=lambda a, b: [0.0] * len(a),
             train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[add],
             args=MAGRPOConfig(output_dir=str(tmp_path), **COMMON),
         )  # fmt: skip
@@ -274,7 +274,7 @@ def test_stop_strings_end_a_completion_on_the_transformers_backend(tmp_path):
 
     def greedy_completion(**config):
         trainer = MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=s) for s in (5, 6)], tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+            model=[make_model(tokenizer, seed=s) for s in (5, 6)], processing_class=tokenizer, reward_funcs=lambda a, b: [0.0] * len(a),
             train_dataset=data, args=MAGRPOConfig(output_dir=str(tmp_path), **{**COMMON, "max_completion_length": 12}, **config),
         )  # fmt: skip
         generation = trainer.generator.generate(0, list(data["prompt"]), 1, greedy=True)
@@ -387,8 +387,8 @@ def test_the_configs_tool_call_timeout_reaches_the_agents(tmp_path, monkeypatch)
         return a + b
 
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
-        reward_func=lambda c0, c1: [0.0] * len(c0), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        model=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], processing_class=tokenizer,
+        reward_funcs=lambda c0, c1: [0.0] * len(c0), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
         tools=[[add], []], args=MAGRPOConfig(output_dir=str(tmp_path), tool_call_timeout=0.1, **COMMON),
     )  # fmt: skip
     trainer.model.train()
@@ -399,7 +399,7 @@ def test_the_configs_tool_call_timeout_reaches_the_agents(tmp_path, monkeypatch)
     assert node.tool_calls[0] == [1, 0, 1, 0] and node.tool_failures[0] == [1, 0, 1, 0]
     with pytest.raises(ValueError, match=r"tool_call_timeout must be a positive number of seconds.*got 0"):
         MAGRPOTrainer(
-            agents=[make_model(tokenizer, seed=1)], tokenizer=tokenizer, reward_func=lambda c: [0.0] * len(c),
+            model=[make_model(tokenizer, seed=1)], processing_class=tokenizer, reward_funcs=lambda c: [0.0] * len(c),
             train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[add],
             args=MAGRPOConfig(output_dir=str(tmp_path), tool_call_timeout=0, **COMMON),
         )  # fmt: skip
@@ -424,8 +424,8 @@ def test_the_tool_mask_matches_sampled_ids_that_re_tokenising_would_change(tmp_p
 
     monkeypatch.setattr(TransformersGenerator, "_sample", _sample)
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
-        reward_func=lambda c0, c1: [0.0] * len(c0), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        model=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], processing_class=tokenizer,
+        reward_funcs=lambda c0, c1: [0.0] * len(c0), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
         tools=[[add], []], args=MAGRPOConfig(output_dir=str(tmp_path), **COMMON),
     )  # fmt: skip
     trainer.model.train()

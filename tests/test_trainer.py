@@ -63,7 +63,7 @@ def test_joint_answers_per_prompt(tmp_path, tokenizer, threshold, mode, k, expec
         per_device_train_batch_size=2 * k, max_steps=1, check_functions_before_training=False,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=team(tokenizer), tokenizer=tokenizer, reward_func=reward, external_transition=length_feedback,
+        model=team(tokenizer), processing_class=tokenizer, reward_funcs=reward, external_transition=length_feedback,
         train_dataset=dataset(), args=args,
     )  # fmt: skip
     trainer.train()
@@ -79,7 +79,7 @@ def test_metrics_reach_tensorboard(tmp_path, tokenizer):
         tmp_path, num_turns=2, early_termination_threshold=None, report_to="tensorboard", max_steps=2,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=team(tokenizer), tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=team(tokenizer), processing_class=tokenizer, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=dataset(), args=args,
     )  # fmt: skip
     trainer.train()
@@ -105,7 +105,7 @@ def test_metrics_reach_tensorboard(tmp_path, tokenizer):
 def test_save_model_writes_loadable_agents(tmp_path, tokenizer):
     args = config(tmp_path, max_steps=1, learning_rate=1e-2)
     agents = team(tokenizer)
-    trainer = MAGRPOTrainer(agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward,
+    trainer = MAGRPOTrainer(model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward,
                             train_dataset=dataset(), args=args)  # fmt: skip
     trainer.train()
     out = tmp_path / "saved"
@@ -139,7 +139,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tokenizer, caplog):
             save_steps=2, learning_rate=1e-2, per_device_train_batch_size=4,
         )  # fmt: skip
         trainer = MAGRPOTrainer(
-            agents=team(tokenizer), tokenizer=tokenizer, reward_func=length_ratio_reward,
+            model=team(tokenizer), processing_class=tokenizer, reward_funcs=length_ratio_reward,
             external_transition=length_feedback, train_dataset=dataset(), args=args,
             callbacks=[StopAt()] if interrupt else None,
         )  # fmt: skip
@@ -163,7 +163,7 @@ def test_evaluation_rollouts(tmp_path, tokenizer):
         eval_on_start=True, per_device_eval_batch_size=2, num_generations_eval=1, eval_do_sample=False,
     )  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=team(tokenizer), tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=team(tokenizer), processing_class=tokenizer, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=dataset(), eval_dataset=dataset(2), args=args,
     )  # fmt: skip
     trainer.train()
@@ -189,7 +189,7 @@ def test_length_chunked_logps_equal_padded_logps(tmp_path, tokenizer):
 
     from trl_multiagent.update.batching import agent_rows, length_chunks
 
-    trainer = MAGRPOTrainer(agents=team(tokenizer, n=1), tokenizer=tokenizer, reward_func=lambda c: [0.0] * len(c),
+    trainer = MAGRPOTrainer(model=team(tokenizer, n=1), processing_class=tokenizer, reward_funcs=lambda c: [0.0] * len(c),
                             train_dataset=dataset(), args=config(tmp_path))  # fmt: skip
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (3, 30, 5, 28, 12, 2)]
@@ -226,7 +226,7 @@ def test_advantage_baseline_reaches_the_update(tmp_path, tokenizer, baseline, sc
             optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
         )  # fmt: skip
         trainer = MAGRPOTrainer(
-            agents=agents, tokenizer=tokenizer, reward_func=lambda completions: [len(c) / 10 for c in completions],
+            model=agents, processing_class=tokenizer, reward_funcs=lambda completions: [len(c) / 10 for c in completions],
             train_dataset=dataset(), args=args,
         )  # fmt: skip
         trainer.train()
@@ -246,7 +246,7 @@ UNLOADABLE = ["no/such-model"] * 2  # agents for a check that fails before any m
 
 def build(tmp_path, tokenizer, **overrides):
     kwargs = dict(
-        agents=UNLOADABLE, tokenizer=tokenizer, reward_func=length_ratio_reward,
+        model=UNLOADABLE, processing_class=tokenizer, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=dataset(), args=config(tmp_path, num_turns=2),
     )  # fmt: skip
     kwargs.update(overrides)
@@ -257,7 +257,7 @@ def test_a_reward_of_fixed_length_fails_when_built(tmp_path, tokenizer):
     """The placeholder call scores more than one joint action: a reward returning `[0.0, 0.0, 0.0]` cannot pass it
     (`[0.0]` is CoMLRL's one-joint-action-per-call convention: see test_rewards.py)."""
     with pytest.raises(ValueError, match=r"'<lambda>' \(turn 1\) returned 3 values for 2 joint actions"):
-        build(tmp_path, tokenizer, reward_func=lambda a, b: [0.0, 0.0, 0.0])
+        build(tmp_path, tokenizer, reward_funcs=lambda a, b: [0.0, 0.0, 0.0])
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+ (3.10 logs the note)")
@@ -301,7 +301,7 @@ def test_chat_prompts_for_an_agent_without_chat_template_fail_before_loading(tmp
             )  # fmt: skip
     with pytest.raises(ValueError, match=r"agent 0's prompt from the dataset row .* is a list of chat messages"):
         build(tmp_path, tokenizer, train_dataset=dataset(), eval_dataset=chats)
-    build(tmp_path, templated, agents=team(tokenizer), train_dataset=chats)  # every agent has a chat template
+    build(tmp_path, templated, model=team(tokenizer), train_dataset=chats)  # every agent has a chat template
 
 
 def test_a_transition_writing_chat_messages_for_an_agent_without_chat_template_names_it(tmp_path, tokenizer):
@@ -318,12 +318,12 @@ def test_a_transition_with_one_turn_is_said_to_be_unused(tmp_path, tokenizer, ca
 
     arguments_module.logger.warning_once.cache_clear()  # an earlier test may have said the same thing already
     with caplog.at_level("WARNING"):
-        build(tmp_path, tokenizer, agents=team(tokenizer), args=config(tmp_path, num_turns=1))
+        build(tmp_path, tokenizer, model=team(tokenizer), args=config(tmp_path, num_turns=1))
     assert "external_transition 'length_feedback' is never called with num_turns=1" in caplog.text
     caplog.clear()
     arguments_module.logger.warning_once.cache_clear()
     with caplog.at_level("WARNING"):
-        build(tmp_path, tokenizer, agents=team(tokenizer))  # two turns: it is used
+        build(tmp_path, tokenizer, model=team(tokenizer))  # two turns: it is used
     assert "is never called" not in caplog.text
 
 

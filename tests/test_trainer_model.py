@@ -35,7 +35,7 @@ def test_a_patched_generate_on_trainer_model_is_the_one_that_runs(tmp_path, toke
         return torch.cat([input_ids, torch.tensor([ok] * input_ids.size(0))], dim=-1)
 
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer)], tokenizer=tokenizer, reward_funcs=answer_is,
+        model=[make_model(tokenizer)], processing_class=tokenizer, reward_funcs=answer_is,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
         args=args(tmp_path, check_functions_before_training=False),  # no placeholder answers in `seen`
     )  # fmt: skip
@@ -53,7 +53,7 @@ def test_one_agents_trainer_model_is_the_agent_itself(tmp_path, tokenizer):
     agent = make_model(tokenizer)
     names = [name for name, _ in make_model(tokenizer).named_parameters()]
     trainer = MAGRPOTrainer(
-        agents=[agent], tokenizer=tokenizer, reward_funcs=lengths,
+        model=[agent], processing_class=tokenizer, reward_funcs=lengths,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
     )  # fmt: skip
     assert trainer.model is agent and trainer.team.agent(0) is agent
@@ -72,7 +72,7 @@ def test_one_lora_agent_trains_its_adapter_under_grpotrainers_parameter_names(tm
     base_names = {f"base_model.model.{name}" for name, _ in base.named_parameters()}
     lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = MAGRPOTrainer(
-        model=base, num_agents=1, tokenizer=tokenizer, peft_config=lora, reward_funcs=lengths,
+        model=base, num_agents=1, processing_class=tokenizer, peft_config=lora, reward_funcs=lengths,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS * 2}),
         args=args(tmp_path, num_generations=4, per_device_train_batch_size=8, max_new_tokens=8, max_steps=2,
                   learning_rate=0.05),
@@ -90,7 +90,7 @@ def test_one_lora_agent_trains_its_adapter_under_grpotrainers_parameter_names(tm
 def test_one_agents_ref_model_is_its_frozen_copy_under_the_same_names(tmp_path, tokenizer):
     """As GRPOTrainer's `ref_model` (TRL's sync_ref_model test reads its parameters by the policy's names)."""
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer)], tokenizer=tokenizer, reward_funcs=lengths,
+        model=[make_model(tokenizer)], processing_class=tokenizer, reward_funcs=lengths,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path, beta=0.1),
     )  # fmt: skip
     assert trainer.ref_model is not trainer.model and type(trainer.ref_model) is type(trainer.model)
@@ -104,7 +104,7 @@ def test_one_agents_ref_model_is_its_frozen_copy_under_the_same_names(tmp_path, 
 def test_a_teams_trainer_model_is_the_team(tmp_path, tokenizer):
     agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+        model=agents, processing_class=tokenizer, reward_funcs=lambda a, b: [0.0] * len(a),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
     )  # fmt: skip
     assert trainer.model is trainer.team and [trainer.team.agent(i) for i in range(2)] == agents
@@ -113,7 +113,7 @@ def test_a_teams_trainer_model_is_the_team(tmp_path, tokenizer):
 def test_peft_config_and_save_pretrained_of_one_adapter_agent_are_the_agents(tmp_path, tokenizer):
     lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer)], tokenizer=tokenizer, peft_config=lora, reward_funcs=lambda c, **k: [0.0] * len(c),
+        model=[make_model(tokenizer)], processing_class=tokenizer, peft_config=lora, reward_funcs=lambda c, **k: [0.0] * len(c),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
     )  # fmt: skip
     agent = trainer.team.agent(0)
@@ -125,7 +125,7 @@ def test_peft_config_and_save_pretrained_of_one_adapter_agent_are_the_agents(tmp
 def test_save_pretrained_of_a_team_writes_each_agent(tmp_path, tokenizer):
     agents = [make_model(tokenizer, seed=s) for s in (1, 2)]
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=lambda a, b: [0.0] * len(a),
+        model=agents, processing_class=tokenizer, reward_funcs=lambda a, b: [0.0] * len(a),
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args(tmp_path),
     )  # fmt: skip
     trainer.model.save_pretrained(tmp_path / "saved")
@@ -164,8 +164,8 @@ def test_tools_and_environments_are_grpo_trainers_attributes(tmp_path):
     tokenizer = make_tool_tokenizer()
     prompts = [[{"role": "user", "content": p}] for p in SEED_PROMPTS[:2]]
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], tokenizer=tokenizer,
-        reward_func=lambda a, b: [0.0] * len(a), tools=[shout], environment_factory=Counter,
+        model=[make_model(tokenizer, max_positions=2048, seed=s) for s in (1, 2)], processing_class=tokenizer,
+        reward_funcs=lambda a, b: [0.0] * len(a), tools=[shout], environment_factory=Counter,
         train_dataset=Dataset.from_dict({"prompt": prompts, "start": [3, 7]}), args=args(tmp_path),
     )  # fmt: skip
     assert sorted(tool.__name__ for tool in trainer.tools) == ["add", "shout"]  # every agent's, each once

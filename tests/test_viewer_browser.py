@@ -68,9 +68,9 @@ def run_dir(tmp_path_factory):
     tokenizer = make_tokenizer()
     output = tmp_path_factory.mktemp("viewer") / "run"
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=i) for i in range(2)],
-        tokenizer=tokenizer,
-        reward_func=length_ratio_reward,
+        model=[make_model(tokenizer, seed=i) for i in range(2)],
+        processing_class=tokenizer,
+        reward_funcs=length_ratio_reward,
         external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:4]}),
         args=MAGRPOConfig(

@@ -122,9 +122,11 @@ def test_full_model_team_greedy_equals_transformers_at_both_turns(tmp_path, team
     prompts, k = SEED_PROMPTS[:2], 2
     common = {"eval_do_sample": False, "num_generations_eval": k}
     hf_agents = copy.deepcopy(agents)
-    with trainer_for(tmp_path / "hf", {**common, "use_vllm": False}, agents=hf_agents, tokenizer=tokenizers) as hf:
+    with trainer_for(
+        tmp_path / "hf", {**common, "use_vllm": False}, model=hf_agents, processing_class=tokenizers
+    ) as hf:
         expected = eval_rollout(hf, prompts, k)
-    with trainer_for(tmp_path / "vllm", common, agents=agents, tokenizer=tokenizers) as trainer:
+    with trainer_for(tmp_path / "vllm", common, model=agents, processing_class=tokenizers) as trainer:
         assert len(trainer.generator.engines) == 2
         got = eval_rollout(trainer, prompts, k)
 
@@ -143,7 +145,7 @@ def test_shared_base_lora_team_one_engine_greedy_equals_transformers(tmp_path):
     rows = {}
     for backend in ("hf", "vllm"):
         torch.manual_seed(0)  # the same random adapters in both teams
-        kwargs = dict(model=vllm_model(tok), num_agents=2, peft_config=lora, tokenizer=tok)
+        kwargs = dict(model=vllm_model(tok), num_agents=2, peft_config=lora, processing_class=tok)
         with trainer_for(tmp_path / backend, {**common, "use_vllm": backend == "vllm"}, **kwargs) as trainer:
             if backend == "vllm":
                 assert len(trainer.generator.engines) == 1
@@ -163,7 +165,7 @@ def test_engine_generates_with_the_updated_weights_after_a_sync(tmp_path, tied):
     before = [copy.deepcopy(a.state_dict()) for a in agents]
     prompts = list(SEED_PROMPTS)
     overrides = {"learning_rate": 0.5, "optim": "sgd", "max_grad_norm": 0.0}  # large enough to change greedy tokens
-    with trainer_for(tmp_path, overrides, agents=agents, tokenizer=tok) as trainer:
+    with trainer_for(tmp_path, overrides, model=agents, processing_class=tok) as trainer:
         trainer.train()
         assert trainer.state.global_step == 1
         for i in range(2):
@@ -182,7 +184,7 @@ def test_lora_sync_pushes_only_adapters(tmp_path):
     tok = make_tokenizer()
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS)
     overrides = {"learning_rate": 0.05, "optim": "sgd", "max_grad_norm": 0.0, "max_steps": 2}
-    kwargs = dict(model=vllm_model(tok), num_agents=2, peft_config=lora, tokenizer=tok)
+    kwargs = dict(model=vllm_model(tok), num_agents=2, peft_config=lora, processing_class=tok)
     with trainer_for(tmp_path, overrides, **kwargs) as trainer:
         generator = trainer.generator
         engine = generator.engines[0]
@@ -213,13 +215,13 @@ def test_prompts_are_shortened_to_fit_the_engine_or_refused_naming_the_agent(tmp
     agents = [vllm_model(tok, seed=i) for i in range(2)]
     # Turn-1 prompts fit in 32 tokens with the 12 new ones; the feedback prompts of turn 2 do not. By default they
     # keep their last 20 tokens.
-    with trainer_for(tmp_path / "fit", {"vllm_max_model_length": 32}, agents=agents, tokenizer=tok) as trainer:
+    with trainer_for(tmp_path / "fit", {"vllm_max_model_length": 32}, model=agents, processing_class=tok) as trainer:
         trainer.train()
         assert all(rows["prompt_ids"].size(1) <= 20 for rows in trainer._buffered_inputs[0])
         assert trainer.state.log_history[0]["prompts/truncated"] == 2 * 8  # both agents' turn-2 prompts
     # An explicit max_prompt_length the engine cannot hold is refused with the agent's index.
     overrides = {"vllm_max_model_length": 32, "max_prompt_length": 100}
-    with trainer_for(tmp_path / "refuse", overrides, agents=agents, tokenizer=tok) as trainer:
+    with trainer_for(tmp_path / "refuse", overrides, model=agents, processing_class=tok) as trainer:
         with pytest.raises(ValueError, match=r"agent 0 got a \d+-token prompt; with max_completion_length=12 it "
                            r"exceeds the engine's max_model_len=32"):  # fmt: skip
             trainer.train()
@@ -228,7 +230,9 @@ def test_prompts_are_shortened_to_fit_the_engine_or_refused_naming_the_agent(tmp
 def test_frozen_agent_is_pushed_once(tmp_path):
     tok = make_tokenizer()
     agents = [vllm_model(tok, seed=i) for i in range(2)]
-    with trainer_for(tmp_path, {"trainable_agents": [1], "max_steps": 2}, agents=agents, tokenizer=tok) as trainer:
+    with trainer_for(
+        tmp_path, {"trainable_agents": [1], "max_steps": 2}, model=agents, processing_class=tok
+    ) as trainer:
         pushed = []
         push = trainer.generator._push_full_weights
         trainer.generator._push_full_weights = lambda engine, agent: (pushed.append(agent), push(engine, agent))
@@ -247,7 +251,7 @@ def test_building_engines_leaves_the_training_process_as_it_was(tmp_path, monkey
     precisions = fp32_precisions()
     assert precisions.get("mkldnn.matmul") == "none"  # torch's default, which an engine's set-up changes
     tok = make_tokenizer()
-    with trainer_for(tmp_path, agents=[vllm_model(tok, seed=i) for i in range(2)], tokenizer=tok) as trainer:
+    with trainer_for(tmp_path, model=[vllm_model(tok, seed=i) for i in range(2)], processing_class=tok) as trainer:
         trainer.generator.generate(0, ["x y"], 2)
         assert torch.set_num_threads is set_num_threads and torch.get_num_threads() == threads
         assert policy is not None and memory_policy() == policy
@@ -264,7 +268,7 @@ def engine_limit(engine) -> int:
 def test_generate_chunk_size_bounds_what_the_engines_decode_at_once(tmp_path, caplog):
     tok = make_tokenizer()
     agents = [vllm_model(tok, seed=i) for i in range(2)]
-    with trainer_for(tmp_path, {"generate_chunk_size": 6}, agents=agents, tokenizer=tok) as trainer:
+    with trainer_for(tmp_path, {"generate_chunk_size": 6}, model=agents, processing_class=tok) as trainer:
         assert [engine_limit(e) for e in trainer.generator.engines] == [6, 6]
         trainer.train()  # turn 2's 32 completions per agent, six at a time
         assert trainer.state.log_history[0]["step"] == 1
@@ -290,7 +294,7 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
 
     overrides = {"max_steps": 2, "learning_rate": 1e-3}
     agents = [vllm_model(tok, seed=i) for i in range(2)]
-    with trainer_for(tmp_path, overrides, agents=agents, tokenizer=tok, reward_func=recorded_reward) as trainer:
+    with trainer_for(tmp_path, overrides, model=agents, processing_class=tok, reward_funcs=recorded_reward) as trainer:
         passes, logps = [], trainer._get_per_token_logps_and_entropies
 
         def counted_logps(*args, **kwargs):  # log-prob forwards outside the loss (gradients off)
@@ -385,7 +389,7 @@ def test_server_mode_routes_each_agent_to_its_server(tmp_path, monkeypatch):
     monkeypatch.setattr("trl.generation.vllm_client.VLLMClient", FakeClient)
     args = config(tmp_path, vllm_mode="server", vllm_server_base_urls=["http://a:1", "http://b:2"], temperature=0.7)
     trainer = MAGRPOTrainer(
-        agents=[vllm_model(tok, seed=i) for i in range(2)], tokenizer=tok, reward_func=length_ratio_reward,
+        model=[vllm_model(tok, seed=i) for i in range(2)], processing_class=tok, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": list(SEED_PROMPTS)}),
         args=args,
     )  # fmt: skip
@@ -426,7 +430,7 @@ def test_unreachable_server_fails_within_the_timeout_naming_its_url(tmp_path):
         match=f"agent 0.s vLLM server at http://127.0.0.1:{port} did not answer within vllm_server_timeout=3 s",
     ):
         MAGRPOTrainer(
-            agents=[vllm_model(tok, seed=i) for i in range(2)], tokenizer=tok, reward_func=length_ratio_reward,
+            model=[vllm_model(tok, seed=i) for i in range(2)], processing_class=tok, reward_funcs=length_ratio_reward,
             external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": list(SEED_PROMPTS)}),
             args=args,
         )  # fmt: skip
@@ -445,10 +449,10 @@ def test_bad_vllm_settings_are_refused_before_loading(tmp_path):
         config(tmp_path, vllm_tensor_parallel_size=2)
     args = config(tmp_path, vllm_mode="server", vllm_server_base_urls=["http://a:1"])
     with pytest.raises(ValueError, match="has 1 URLs for 2 agents"):  # the agent ids below are never loaded
-        MAGRPOTrainer(agents=["no/such-model-a", "no/such-model-b"], reward_func=length_ratio_reward, args=args)
+        MAGRPOTrainer(model=["no/such-model-a", "no/such-model-b"], reward_funcs=length_ratio_reward, args=args)
     lora = LoraConfig(r=8, target_modules=LORA_TARGETS)
     with pytest.raises(ValueError, match="vllm_mode='server' serves full-weight agents"):
-        MAGRPOTrainer(model="no/such-model", num_agents=2, peft_config=lora, reward_func=length_ratio_reward,
+        MAGRPOTrainer(model="no/such-model", num_agents=2, peft_config=lora, reward_funcs=length_ratio_reward,
                       args=config(tmp_path, vllm_mode="server"))  # fmt: skip
 
 
@@ -561,7 +565,7 @@ def test_tool_rounds_continue_on_the_engine_as_transformers_would(tmp_path, lora
     prompts = [[{"role": "user", "content": "Add 2 and 3."}]]
     with trainer_for(
         tmp_path, {"num_turns": 1, "max_new_tokens": 160, "eval_do_sample": False, "num_generations_eval": 2},
-        tokenizer=tok, tools=[add], external_transition=None, reward_func=lambda a, b: [0.0] * len(a),
+        processing_class=tok, tools=[add], external_transition=None, reward_funcs=lambda a, b: [0.0] * len(a),
         train_dataset=Dataset.from_dict({"prompt": prompts}), **team,
     ) as trainer:  # fmt: skip
         real_sample = type(trainer.generator)._sample

@@ -42,7 +42,7 @@ def build(tmp_path, modes, **overrides):
         num_generations=2, per_device_train_batch_size=4, max_new_tokens=4, report_to="none", **overrides,
     )  # fmt: skip
     return MAGRPOTrainer(
-        agents=[make_model(tok, seed=i) for i in range(len(modes))], tokenizer=tok, reward_func=length_ratio_reward,
+        model=[make_model(tok, seed=i) for i in range(len(modes))], processing_class=tok, reward_funcs=length_ratio_reward,
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
 

@@ -9,8 +9,9 @@ Transition::
                turn, reward, <dataset columns>)
 
 gets one branch (one joint action) and returns the next prompt of each agent: N strings, or N chat message lists.
-The three required values are passed by name when the function names all three (in any order, as CoMLRL's
-transitions do), and by position otherwise (``def t(p, completions, n, **history)``).
+The three required values are passed by name when the function names all three (in any order), or has fewer than
+three positional parameters (``def t(**kwargs)``, ``def t(*, agent_completions, **kwargs)``), and by position
+otherwise (``def t(p, completions, n, **history)``).
 """
 
 from __future__ import annotations
@@ -26,19 +27,19 @@ def callable_name(func: Callable) -> str:
     return getattr(func, "__name__", None) or type(func).__name__
 
 
-def _parameters(func: Callable) -> tuple[set[str], bool]:
+def accepted_keywords(func: Callable) -> tuple[set[str], bool]:
     """Names the function accepts as keywords, and whether it takes ``**kwargs``."""
     params = inspect.signature(func).parameters.values()
     names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return names, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
-def _pick_keywords(func: Callable, available: dict[str, Any]) -> dict[str, Any]:
-    names, takes_any = _parameters(func)
+def pick_keywords(func: Callable, available: dict[str, Any]) -> dict[str, Any]:
+    names, takes_any = accepted_keywords(func)
     return dict(available) if takes_any else {k: v for k, v in available.items() if k in names}
 
 
-def _unknown_parameters(
+def unbound_parameters(
     func: Callable, args: Sequence, keywords: dict[str, Any], passed: Sequence[str], columns: Sequence[str]
 ) -> str:
     """Why a call with `args` and `keywords` leaves a required parameter unbound: it names neither a keyword the
@@ -63,7 +64,7 @@ def _unknown_parameters(
 _loop: asyncio.AbstractEventLoop | None = None
 
 
-def _run(result):
+def run_awaitable(result):
     """The value of a sync or async user function's result.
 
     An awaitable runs to completion on one long-lived event loop in a background thread (as TRL runs async rewards),
@@ -97,31 +98,34 @@ class Transition:
         if not callable(func):
             raise TypeError(f"external_transition is not callable: got {type(func).__name__}.")
         signature = inspect.signature(func)
-        names, _ = _parameters(func)
-        self.by_name = set(self.REQUIRED) <= names
+        names, _ = accepted_keywords(func)
+        positional = [
+            p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        takes_any_positional = any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())
+        # By name when it names all three, or cannot take them by position (keyword-only, or `**kwargs`)
+        self.by_name = set(self.REQUIRED) <= names or (len(positional) < 3 and not takes_any_positional)
         convention = (
             f"external_transition {self.name!r}{signature} must take (prompt, agent_completions, num_agents): by "
-            "these names, in any order, or as its first three positional parameters"
+            "these names, in any order (keyword-only or through **kwargs too), or as its first three positional "
+            "parameters"
         )
         if not self.by_name:
-            positional = [
-                p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
             misplaced = [k for i, k in enumerate(self.REQUIRED) if k in names and positional.index(k) != i]
             if misplaced:
                 raise TypeError(f"{convention}; it names {misplaced} at another position.")
-        history = _pick_keywords(func, dict.fromkeys([*self.HISTORY, *columns]))
+        history = pick_keywords(func, dict.fromkeys([*self.HISTORY, *columns]))
         args, keywords = self._arguments(None, None, history)
         try:
             signature.bind(*args, **keywords)
         except TypeError as err:
-            unknown = _unknown_parameters(func, args, keywords, [*self.REQUIRED, *self.HISTORY], columns)
+            unknown = unbound_parameters(func, args, keywords, [*self.REQUIRED, *self.HISTORY], columns)
             raise TypeError(f"{convention}, plus the history keywords it names ({err}).{unknown}") from None
 
     def _arguments(self, prompt, agent_completions, history: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """(positional, keyword) arguments of one call, by this function's binding rule."""
         required = (prompt, agent_completions, self.num_agents)
-        keywords = _pick_keywords(self.func, history)
+        keywords = pick_keywords(self.func, history)
         if self.by_name:
             return (), {**dict(zip(self.REQUIRED, required, strict=True)), **keywords}
         return required, {k: v for k, v in keywords.items() if k not in self.REQUIRED}
@@ -137,7 +141,7 @@ class Transition:
             args, keywords = self._arguments(prompt, agent_completions, {**history, "turn": turn})
             results.append(self.func(*args, **keywords))
         if any(inspect.isawaitable(r) for r in results):
-            results = _run(_gather(results))
+            results = run_awaitable(_gather(results))
         return [check_prompts(self.name, r, self.num_agents, turn, self.conversational) for r in results]
 
 
@@ -152,12 +156,14 @@ async def _value(value):
 def check_prompts(name: str, result: Any, num_agents: int, turn: int, conversational: bool) -> list:
     where = f"external_transition {name!r} (after turn {turn})"
     if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
-        raise TypeError(f"{where} must return a list of {num_agents} prompts, one per agent; got {_short(result)}.")
+        raise TypeError(
+            f"{where} must return a list of {num_agents} prompts, one per agent; got {short_repr(result)}."
+        )
     result = list(result)
     if len(result) != num_agents:
         raise ValueError(
             f"{where} returned {len(result)} prompts for {num_agents} agents; it must return one per agent. "
-            f"Got: {_short(result)}."
+            f"Got: {short_repr(result)}."
         )
     for i, p in enumerate(result):
         check_prompt(f"{where}, agent {i}'s prompt", p, conversational)
@@ -171,13 +177,13 @@ def check_prompt(where: str, prompt: Any, conversational: bool, blank_ok: bool =
     if not (isinstance(prompt, str) or is_messages):
         raise TypeError(
             f"{where} is a {type(prompt).__name__}; it must be a string"
-            f"{' or a list of chat messages' if conversational else ''}. Got: {_short(prompt)}."
+            f"{' or a list of chat messages' if conversational else ''}. Got: {short_repr(prompt)}."
         )
     blank = not prompt.strip() if isinstance(prompt, str) else not any(str(m["content"]).strip() for m in prompt)
     if blank and not blank_ok:
-        raise ValueError(f"{where} is empty ({_short(prompt)}); give every agent a prompt with some text.")
+        raise ValueError(f"{where} is empty ({short_repr(prompt)}); give every agent a prompt with some text.")
 
 
-def _short(value: Any, limit: int = 200) -> str:
+def short_repr(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."

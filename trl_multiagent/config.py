@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from dataclasses import dataclass, field
@@ -11,11 +10,11 @@ from transformers import TrainingArguments
 from transformers.utils import logging
 from trl import GRPOConfig
 
-from .compat import comlrl  # the one seam: `MAGRPOConfig(...)`'s keywords pass through `comlrl` once (`_Constructor`)
 from .credit import options as credit_options
 from .credit.returns import expanded_per_node, joint_choices
 from .devices import has_accelerator
 from .generation.vllm_settings import check_vllm_config
+from .keywords import KnownKeywords
 from .rewards.joint import AGENT_REWARD_AGGREGATIONS, check_agent_reward_aggregation
 from .team.optimizer import check_rates
 from .update.chunking import check_loss_type
@@ -34,32 +33,8 @@ ACTIVATION_CHECKPOINTING = next(
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's two
 
 
-class _Constructor(type):
-    """`MAGRPOConfig`'s type. `MAGRPOConfig(...)` hands its keywords to `compat.comlrl` once, which takes CoMLRL's
-    names out (they set the fields they mean) and names the closest names for an unknown one, before the dataclass
-    `__init__` runs. The class stays GRPOConfig's kind of dataclass: its fields (hence TRL's command-line parser),
-    `to_dict`, copying and pickling are untouched, and a built config holds no CoMLRL class."""
-
-    def __call__(cls, *args, **kwargs):
-        kwargs, given = comlrl.config_keywords(cls, args, kwargs)
-        config = super().__call__(*args, **kwargs)
-        comlrl.remember(config, given)
-        return config
-
-    def __setattr__(cls, name: str, value) -> None:
-        if name == "__init__":  # `@dataclass` sets it: it reports the keywords the constructor takes, CoMLRL's too
-            value.__signature__ = comlrl.init_signature(value)
-        super().__setattr__(name, value)
-
-    @property
-    def __signature__(cls) -> inspect.Signature:
-        # what `inspect.signature(MAGRPOConfig)` reports: the constructor's keywords, not `__call__`'s (*args, **kwargs)
-        init = inspect.signature(cls.__init__)
-        return init.replace(parameters=list(init.parameters.values())[1:])
-
-
 @dataclass
-class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
+class MAGRPOConfig(KnownKeywords, GRPOConfig):
     r"""
     Configuration for [`MAGRPOTrainer`]: everything [`~trl.GRPOConfig`] has, plus the fields below.
 
@@ -70,7 +45,7 @@ class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
         > Parameters that control the team
 
         num_agents (`int` or `None`, *optional*):
-            Team size, for `MAGRPOTrainer(model=...)` (one model copied per agent); `agents=[...]` must have this many.
+            Team size, for `MAGRPOTrainer(model=...)` (one model copied per agent); `model=[...]` must have this many.
         trainable_agents (`list[int]` or `None`, *optional*):
             Agents that train; the others keep their weights (a fixed partner). `None` trains all.
         agent_learning_rates (`list[float]` or `None`, *optional*):
@@ -95,8 +70,9 @@ class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
         joint_mode (`str`, *optional*, defaults to `"aligned"`):
             `"aligned"`: the j-th completions of all agents form K joint answers. `"cross"`: every combination,
             K**N joint answers.
-        early_termination_threshold (`float` or `None`, *optional*, defaults to `-0.2`):
-            After a turn, a node whose mean joint reward is above this value is not expanded. `None` disables it.
+        early_termination_threshold (`float` or `None`, *optional*):
+            After a turn, a node whose mean joint reward is above this value is not expanded. `None` (default): every
+            node goes on to the next turn.
         branching (`str`, *optional*, defaults to `"all"`):
             Which joint answers of a node continue to the next turn: `"all"` (every one: K + K**2 + ... + K**T
             completions per agent and prompt), `"best"` (the one with the highest joint reward, as AT-GRPO: K*T), or
@@ -137,7 +113,6 @@ class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
             What each completion's return is compared with, within its group (one agent's K completions at one node):
             `"mean"`, the group mean (GRPO); `"rloo"`, the mean of the K - 1 others (RLOO); `"max"`, the group's best
             return; `"none"`, nothing (raw returns, REINFORCE). `scale_rewards` then divides by the std, as in TRL.
-            CoMLRL's `advantage_mode` `mean`/`rloo`/`max`/`raw` are these four.
         scale_rewards (`str`, *optional*, defaults to `"group"`):
             TRL's field with one more value: `"agent"` divides each agent's group advantages by the std of that
             agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's.
@@ -191,8 +166,8 @@ class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
             With `log_rollout_trees`: longest text kept (a prompt, a completion, a tool message); a longer one keeps
             its first and last halves around a marker ``…[N characters cut]…``.
 
-    CoMLRL 1.4.3's own names (`agent_learning_rate`, `rollout_buffer_size`, `eval_interval`, ...) are accepted too, and
-    set the TRL fields they mean (see `comlrl`); they are in the signature, not on the command line.
+    CoMLRL 1.4.3's names and defaults are `trl_multiagent.comlrl.MAGRPOConfig`'s (docs/from_comlrl.md); given here,
+    one is refused with the TRL name it means.
 
     `use_vllm=True` generates with vLLM: `vllm_mode="colocate"` runs one engine per agent in each training process
     (one engine with every adapter for a shared-base LoRA team), `"server"` one server per agent. The engines run in
@@ -218,7 +193,7 @@ class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
         default=1.0, metadata={"help": "Return = reward + discount * mean return of the next turn's joint answers."}
     )
     early_termination_threshold: float | None = field(
-        default=-0.2,
+        default=None,
         metadata={
             "help": "A node whose mean joint reward is above this value is not expanded to the next turn. "
             "None disables early termination."
@@ -514,16 +489,6 @@ class MAGRPOConfig(GRPOConfig, metaclass=_Constructor):
                 f"MAGRPOConfig: multi_objective_aggregation='normalize_then_sum' scales the advantages by the batch's "
                 f"std, as TRL does; scale_rewards={self.scale_rewards!r} is not used."
             )
-
-    def __getattr__(self, name: str):
-        # Reached only for a name that is no field or property: CoMLRL's names read back in CoMLRL's terms
-        return comlrl.read_name(self, name)
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in comlrl.READ_BACK:  # no field: setting a CoMLRL name sets what it means, or says why it cannot
-            comlrl.set_name(self, name, value)
-        else:
-            super().__setattr__(name, value)
 
     @property
     def advantage_scale(self) -> str:

@@ -17,9 +17,6 @@ from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 
-# CoMLRL's default, kept for its scripts (`MAGRPOConfig.early_termination_threshold`): with a reward that is never
-# negative, every node ends after turn 1.
-DEFAULT_TERMINATION_THRESHOLD = -0.2
 TOOL_RECIPE_HINT = (
     "a small model needs the call spelled out in its prompt, generation stopped after the call "
     "(generation_kwargs={'stop_strings': ['</tool_call>']}) and a reward for a call that ran: recipes/tool_team.py "
@@ -76,17 +73,6 @@ def likely_causes(logs: dict, num_turns: int, mask_truncated_completions: bool =
 def deepest_turn(logs: dict, num_turns: int) -> int:
     """The last turn that has a logged reward in this step (0 when none has)."""
     return max((t for t in range(1, num_turns + 1) if f"turn_{t}/reward_mean" in logs), default=0)
-
-
-def say_early_termination(num_turns: int, threshold: float | None) -> None:
-    """At build time: with several turns and CoMLRL's default threshold, say once what the threshold does."""
-    if num_turns > 1 and threshold == DEFAULT_TERMINATION_THRESHOLD:
-        logger.warning_once(
-            f"MAGRPOTrainer: num_turns={num_turns} with early_termination_threshold={threshold} (the default, "
-            f"CoMLRL's): after each turn, a node whose mean joint reward is above {threshold} is not expanded. With "
-            "a reward that is never negative no branch reaches turn 2. Set early_termination_threshold=None to run "
-            "every turn, or a value that only a good enough answer scores above."
-        )
 
 
 class LearningSignalCallback(TrainerCallback):

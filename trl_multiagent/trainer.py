@@ -23,6 +23,7 @@ from .environment_lifecycle import EnvironmentLifecycle
 from .environments.worlds import closes_worlds_on_error
 from .generation import build_generator
 from .generation.output import Generation
+from .keywords import unexpected_trainer_keyword
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .rollout import RolloutTree, run_rollout
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
@@ -65,18 +66,24 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     The methods not listed here are helpers of this class, not overrides. TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
-    Args:
-        agents, or model with num_agents: models or ids, one per agent (heterogeneous allowed), or one copied N times.
-        tokenizer / processing_class: one tokenizer for every agent, or one per agent.
-        reward_func / reward_funcs: reward callables or models, weighted by `args.reward_weights`: joint (a list of
-            completions per agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`.
-        reward_processing_classes, quantization_config, rollout_func (refused, with the reason): GRPOTrainer's.
+    Args (GRPOTrainer's, in its order, then the team's own):
+        model: one model or id (one agent, as GRPOTrainer; with `num_agents=N`, N copies of it, and with
+            `peft_config` one shared base with an adapter per agent), or a list with one per agent (heterogeneous
+            allowed).
+        reward_funcs: reward callables or models, weighted by `args.reward_weights`: joint (a list of completions per
+            agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`. The convention is read
+            from the signature, or stated with `joint`, `per_agent`, `per_joint_action`.
+        processing_class: one tokenizer for every agent, or one per agent.
+        reward_processing_classes, quantization_config, peft_config (one, or one per agent), callbacks, optimizers,
+        rollout_func (refused, with the reason): GRPOTrainer's.
         tools, environment_factory: GRPOTrainer's, for a team (`rollout.tools`, `environments.worlds`): tools for every
             agent or per agent; one world per joint action, shared by its agents: pooled in turn 1, forked per branch
             after it (`environments.forks`).
+        num_agents: the team's size for one model copied per agent (or `args.num_agents`).
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
-        **comlrl_arguments: CoMLRL's own names (`agent_model`, `wandb_config`, ...): `compat.comlrl`.
+
+    CoMLRL 1.4.3's names and defaults are `trl_multiagent.comlrl.MAGRPOTrainer`'s, a subclass of this one.
 
     Example:
 
@@ -89,9 +96,10 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         return [min(len(b) / max(len(a), 1), 3.0) for a, b in zip(completions1, completions2)]
 
     trainer = MAGRPOTrainer(
-        agents=["HuggingFaceTB/SmolLM2-135M-Instruct"] * 2,  # hub ids, saved folders or models in memory
-        reward_func=ratio_reward, train_dataset=dataset,
-        args=MAGRPOConfig(num_generations=4, per_device_train_batch_size=8, max_new_tokens=64),
+        model="HuggingFaceTB/SmolLM2-135M-Instruct",  # a hub id, a saved folder or a model in memory
+        num_agents=2,  # two copies of it, trained apart; or model=[model_a, model_b]
+        reward_funcs=ratio_reward, train_dataset=dataset,
+        args=MAGRPOConfig(num_generations=4, per_device_train_batch_size=8, max_completion_length=64),
     )
     trainer.train()
     ```
@@ -103,38 +111,35 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
         self,
-        agents: Sequence[str | torch.nn.Module] | None = None,
-        *,
-        model: str | torch.nn.Module | None = None,
-        num_agents: int | None = None,
-        tokenizer: PreTrainedTokenizerBase | Sequence[PreTrainedTokenizerBase] | None = None,
-        processing_class: PreTrainedTokenizerBase | Sequence[PreTrainedTokenizerBase] | None = None,
-        reward_func: Callable | None = None,
+        model: str | torch.nn.Module | Sequence[str | torch.nn.Module],
         reward_funcs: Callable | Sequence[Callable] | None = None,
-        external_transition: Callable | None = None,
-        formatters: Sequence[Callable[[dict], Any]] | None = None,
         args: MAGRPOConfig | None = None,
         train_dataset: Dataset | IterableDataset | None = None,
         eval_dataset=None,
+        processing_class: PreTrainedTokenizerBase | Sequence[PreTrainedTokenizerBase] | None = None,
+        reward_processing_classes=None,
         callbacks=None,
         optimizers=(None, None),
-        peft_config=None,
-        reward_processing_classes=None,
         quantization_config=None,
+        peft_config=None,
         tools=None,
         rollout_func=None,
         environment_factory=None,
-        **comlrl_arguments,
+        *,
+        num_agents: int | None = None,
+        external_transition: Callable | None = None,
+        formatters: Sequence[Callable[[dict], Any]] | None = None,
+        **unexpected,
     ):
+        if unexpected:  # named with the closest arguments, or, for CoMLRL's, with TRL's name and the CoMLRL face
+            raise TypeError(unexpected_trainer_keyword(type(self), next(iter(unexpected))))
         # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the small
         # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).
-        inputs = arguments.prepare(
-            args, agents=agents, model=model, num_agents=num_agents,
-            tokenizer=tokenizer if tokenizer is not None else processing_class, reward_func=reward_func,
-            reward_funcs=reward_funcs, external_transition=external_transition, formatters=formatters,
-            train_dataset=train_dataset, eval_dataset=eval_dataset, peft_config=peft_config,
-            quantization_config=quantization_config, tools=tools, rollout_func=rollout_func,
-            environment_factory=environment_factory, comlrl_arguments=comlrl_arguments, optimizers=optimizers,
+        inputs = self._prepare_arguments(
+            args, model=model, num_agents=num_agents, processing_class=processing_class, reward_funcs=reward_funcs,
+            external_transition=external_transition, formatters=formatters, train_dataset=train_dataset,
+            eval_dataset=eval_dataset, peft_config=peft_config, quantization_config=quantization_config, tools=tools,
+            rollout_func=rollout_func, environment_factory=environment_factory, optimizers=optimizers,
         )  # fmt: skip
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
@@ -160,7 +165,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.beta, self.use_vllm = args.beta, args.use_vllm
         self._set_up_entropy_bonus(args)  # GRPOTrainer's entropy bonus, per agent (`update.entropy`)
         self.task.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-        attach_callbacks(self, inputs.callbacks)  # CoMLRL's, the learning-signal warnings; the short console line
+        attach_callbacks(self, inputs.callbacks)  # the learning-signal warnings; the short console line
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         self.ref_team, reference_sync = build_reference(self.accelerator, self.team, args, self.temperature)
@@ -191,6 +196,11 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
         self._ratio_from_loss = RatioFromLoss(args)
         self._trees = TreeRecorder(args, self.accelerator, self.max_completion_length)  # log_rollout_trees
+
+    def _prepare_arguments(self, args, **given) -> arguments.PreparedInputs:
+        """The arguments checked and resolved before any model loads (`arguments.prepare`). The CoMLRL face overrides
+        it to add what its own arguments bring (formatted later turns, evaluation metrics, added tokens)."""
+        return arguments.prepare(args, **given)
 
     def _generate_for_agent(self, agent: int, prompts: list, num_generations: int, environments=None) -> Generation:
         """Sample `num_generations` completions for every prompt with one batched call of the generation backend; with
@@ -265,7 +275,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             table = completion_log_rows(tree, advantages, self.task)
             self._logs = completion_logs(gather_object(table))
-        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. CoMLRL's eval_logger and eval_aggregator
+        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. the CoMLRL face's eval_logger
             self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))
         return {"agents": agent_batches}
 

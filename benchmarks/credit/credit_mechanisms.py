@@ -79,7 +79,7 @@ def reward_scales(spec: dict, seed: int, scale_rewards: str) -> dict:
     config = _config(spec, seed, num_turns=1, early_termination_threshold=None, scale_rewards=scale_rewards,
                      team_reward_weight=0.0, max_grad_norm=0.0)  # fmt: skip
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_funcs=[per_agent(scaled_length)], args=config,
+        model=agents, processing_class=tokenizer, reward_funcs=[per_agent(scaled_length)], args=config,
         train_dataset=Dataset.from_dict({"prompt": ["Describe a city in the clouds:", "Design a playground on Mars:"]}),
         formatters=[lambda row: "A: " + row["prompt"], lambda row: "B: " + row["prompt"]], callbacks=[GradNorms()],
     )  # fmt: skip
@@ -103,7 +103,7 @@ def branching_tokens(spec: dict, seed: int, branching: str) -> dict:
     tokenizer, agents = _tiny(seed)
     config = _config(spec, seed, num_turns=3, early_termination_threshold=None, branching=branching)
     trainer = MAGRPOTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=length_ratio_reward, external_transition=length_feedback,
+        model=agents, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,
         train_dataset=Dataset.from_dict({"prompt": list(PROMPTS)}), args=config,
     )  # fmt: skip
     recorder = RolloutRecorder()

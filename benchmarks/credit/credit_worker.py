@@ -165,14 +165,14 @@ def train_method(spec: dict) -> dict:
     common = dict(
         reward_funcs=[length_ratio_reward, on_topic],
         external_transition=chat_length_feedback if spec["chat"] else length_feedback,
-        train_dataset=_dataset(spec), args=config, tokenizer=tokenizer,
+        train_dataset=_dataset(spec), args=config, processing_class=tokenizer,
     )  # fmt: skip
     if method == "single_policy":
         from peft import get_peft_model
 
         base = AutoModelForCausalLM.from_pretrained(spec["model_path"], dtype=torch.float32)
         policy = get_peft_model(base, _lora(spec))
-        trainer = MAGRPOTrainer(agents=[policy, policy], **common)  # the same module in both seats
+        trainer = MAGRPOTrainer(model=[policy, policy], **common)  # the same module in both seats
         shared = {id(p) for p in trainer.team.agent_parameters(0)} == {id(p) for p in trainer.team.agent_parameters(1)}
         if not shared:
             raise RuntimeError("single_policy: the two seats do not share their parameters.")
@@ -245,7 +245,7 @@ def untrained(spec: dict) -> dict:
     trainer = MAGRPOTrainer(
         model=spec["model_path"], num_agents=2, peft_config=_lora(spec), reward_funcs=[length_ratio_reward, on_topic],
         external_transition=chat_length_feedback if spec["chat"] else length_feedback, train_dataset=_dataset(spec),
-        args=config, tokenizer=_tokenizer(spec),
+        args=config, processing_class=_tokenizer(spec),
     )  # fmt: skip
     folder = os.path.join(work, "team")
     trainer.save_model(folder)  # no step: the adapters as initialised

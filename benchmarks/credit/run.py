@@ -17,7 +17,7 @@ only one option differs from today's defaults in each:
 | method | what differs |
 |---|---|
 | `untrained` | no training: the base model in both seats (LoRA adapters at initialisation, which PEFT starts at zero) |
-| `single_policy` | single-agent GRPO on the same team reward: ONE LoRA adapter whose weights serve both seats (`agents=[policy, policy]`, the same module: the two seats' losses add into one set of gradients, one optimizer state). It acts in seat 0 and seat 1 with the same prompts, so it cannot condition on its seat |
+| `single_policy` | single-agent GRPO on the same team reward: ONE LoRA adapter whose weights serve both seats (`model=[policy, policy]`, the same module: the two seats' losses add into one set of gradients, one optimizer state). It acts in seat 0 and seat 1 with the same prompts, so it cannot condition on its seat |
 | `defaults` | today's defaults: `branching="all"`, `scale_rewards="group"`, `team_reward_weight=1.0` |
 | `branching_best` | `branching="best"` (AT-GRPO, PettingLLMs): only a node's best joint answer goes on to turn 2 |
 | `scale_agent` | `scale_rewards="agent"` (Dr. MAS): each agent's advantages divided by the std of its own returns |

@@ -237,8 +237,8 @@ def main():
         team = {"agents": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
     trainer = trainer_class(
         **team,
-        tokenizer=tokenizer,
-        reward_func=eight_characters if cli.one_agent else length_ratio_reward,
+        processing_class=tokenizer,
+        reward_funcs=eight_characters if cli.one_agent else length_ratio_reward,
         external_transition=None if cli.one_agent else feedback,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 2}), args=args,
         callbacks=[StopAt(cli.stop_at)] if cli.stop_at else None,

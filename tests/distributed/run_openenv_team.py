@@ -74,7 +74,7 @@ def main():
     deals = [(0, 0), (0, 1), (1, 1), (1, 0)] * 2
     trainer = MAGRPOTrainer(
         # room for agent 1's prompt (two tools' schemas in a tiny byte-level vocabulary), its call and the result
-        agents=[make_model(tokenizer, seed=s, max_positions=4096) for s in (1, 2)], tokenizer=tokenizer,
+        model=[make_model(tokenizer, seed=s, max_positions=4096) for s in (1, 2)], processing_class=tokenizer,
         reward_funcs=openenv_team.reward_func, environment_factory=openenv_team.HanabiTable,
         formatters=[openenv_team.first_player_prompt, openenv_team.second_player_prompt],
         train_dataset=Dataset.from_dict({"card_0": [d[0] for d in deals], "card_1": [d[1] for d in deals]}),

@@ -72,7 +72,7 @@ def main():
     scripted(tokenizer, rank)
     prompts = [[{"role": "user", "content": f"Task {i}."}] for i in range(4)]
     trainer = MAGRPOTrainer(
-        agents=[make_model(tokenizer, seed=s, max_positions=2048) for s in (1, 2)], tokenizer=tokenizer,
+        model=[make_model(tokenizer, seed=s, max_positions=2048) for s in (1, 2)], processing_class=tokenizer,
         environment_factory=Notebook, train_dataset=Dataset.from_dict({"prompt": prompts}),
         args=MAGRPOConfig(
             output_dir=cli.output_dir, num_generations=2, per_device_train_batch_size=2, max_steps=2,

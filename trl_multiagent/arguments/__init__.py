@@ -9,8 +9,8 @@
 - `arguments.first_rows`: the first rows' prompts, and one placeholder call of the user's functions.
 
 Config fields are checked in `MAGRPOConfig.check` (run again here); the agents and tokenizers in
-`team.assembly.plan_team`; CoMLRL's own arguments are translated in `compat.comlrl.trainer_arguments`, the trainer's
-one seam to CoMLRL (`prepare` calls it, and uses only what it returns).
+`team.assembly.plan_team`. The arguments come in TRL's names; the CoMLRL face (`trl_multiagent.comlrl`) translates
+its own before they reach `prepare`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 from transformers.utils import logging
 
-from ..compat import comlrl
-from ..diagnostics import LearningSignalCallback, say_early_termination
+from ..diagnostics import LearningSignalCallback
 from ..environments.worlds import Worlds
 from ..generation.vllm_settings import check_vllm_team
 from ..rewards.joint import check_agent_reward_aggregation
@@ -35,7 +34,8 @@ from .grpo import check_grpo_arguments, grpo_trainer_settings, load_reward_model
 from .learning_rates import check_agent_learning_rates
 
 
-# `MAGRPOTrainer.__init__` calls these after `prepare`, once the team is loaded
+# `MAGRPOTrainer.__init__` calls `prepare`, then these two once the team is loaded; `check_agent_learning_rates` is
+# `prepare`'s, public for its tests
 __all__ = ["PreparedInputs", "check_agent_learning_rates", "grpo_trainer_settings", "load_reward_models", "prepare"]
 
 logger = logging.get_logger(__name__)
@@ -45,7 +45,7 @@ logger = logging.get_logger(__name__)
 class PreparedInputs:
     """`MAGRPOTrainer`'s arguments, checked and resolved, before any model is loaded."""
 
-    args: object  # the MAGRPOConfig to train with (a copy when CoMLRL keywords changed it)
+    args: object  # the MAGRPOConfig to train with
     train_dataset: object  # as given, or TRL's placeholder rows when an environment owns the data
     eval_dataset: object
     plan: TeamPlan
@@ -61,11 +61,9 @@ class PreparedInputs:
 def prepare(
     args,
     *,
-    agents,
     model,
     num_agents,
-    tokenizer,
-    reward_func,
+    processing_class,
     reward_funcs,
     external_transition,
     formatters,
@@ -76,11 +74,10 @@ def prepare(
     tools,
     rollout_func,
     environment_factory,
-    comlrl_arguments: dict,
     optimizers=(None, None),
 ) -> PreparedInputs:
     """Check and resolve `MAGRPOTrainer`'s arguments in the order a user meets the problems: the config (again: a
-    field may have been set after it was built), GRPOTrainer's own arguments, CoMLRL's, the team, the user's functions
+    field may have been set after it was built), GRPOTrainer's own arguments, the team, the user's functions
     and datasets; then load the tokenizers (small: the first prompts need them, chat messages a chat template) and
     check the first rows' prompts and one placeholder call of the user's functions. No model is loaded yet."""
     from ..config import MAGRPOConfig  # the config imports nothing of the trainer's
@@ -90,14 +87,8 @@ def prepare(
         raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
     args.check()
     check_grpo_arguments(rollout_func=rollout_func)
-    resolved = comlrl.trainer_arguments(
-        comlrl_arguments, args, agents=agents, model=model, num_agents=num_agents, eval_dataset=eval_dataset
-    )
-    args, eval_dataset = resolved.args, resolved.eval_dataset
     check_agent_learning_rates(args, optimizers)
-    plan = plan_team(
-        agents, resolved.model, resolved.num_agents, tokenizer, peft_config, args.trainable_agents, args.num_agents
-    )
+    plan = plan_team(model, num_agents, processing_class, peft_config, args.trainable_agents, args.num_agents)
     # the config checked these against `num_agents` where it was given; now the team's size is known
     check_agent_reward_aggregation(args.agent_reward_aggregation, plan.num_agents)
     check_rates(args.agent_learning_rates, plan.num_agents, f"a team of {plan.num_agents} agents")
@@ -122,20 +113,15 @@ def prepare(
     functions = user_functions(
         args,
         plan.num_agents,
-        resolved.reward_functions(reward_func),
-        resolved.reward_functions(reward_funcs),
+        reward_funcs,
         external_transition,
         formatters,
         train_dataset,
         eval_dataset,
-        resolved.reward_transform,
         worlds.reward_funcs if worlds is not None else None,
         has_worlds=worlds is not None,
-        reserved_keywords=resolved.reserved_keywords,
-        one_value_for_several=resolved.one_value_for_several,
     )
     tokenizers = load_tokenizers(plan, args.trust_remote_code)
-    resolved.add_special_tokens(tokenizers)
     tool_calling = None
     for name in ("max_tool_calling_iterations", "tool_call_timeout"):
         if not tools and worlds is None and getattr(args, name) is not None:
@@ -153,12 +139,8 @@ def prepare(
             chat_template_kwargs=args.chat_template_kwargs,
             timeout=args.tool_call_timeout,
         )
-    later_turn_format = resolved.later_turn_formatter(functions.formatters)
-    task = TeamTask(
-        functions.joint_reward, functions.transition, functions.formatters, later_turn_format, tokenizers, worlds
-    )
+    task = TeamTask(functions.joint_reward, functions.transition, functions.formatters, tokenizers, worlds)
     check_first_rows(task, train_dataset, eval_dataset, args, acts=tool_calling is not None)
-    say_early_termination(args.num_turns, args.early_termination_threshold)
     learning_signal = LearningSignalCallback(
         args.num_turns, plan.trainable, args.early_termination_threshold, args.mask_truncated_completions
     )
@@ -168,10 +150,10 @@ def prepare(
         eval_dataset=eval_dataset,
         plan=plan,
         agent_init_kwargs=agent_init_kwargs,
-        grows_embeddings=bool(resolved.special_tokens),
+        grows_embeddings=False,
         tool_calling=tool_calling,
-        eval_metrics=resolved.eval_metrics,
-        callbacks=[*resolved.callbacks, learning_signal],
+        eval_metrics=[],
+        callbacks=[learning_signal],
         tokenizers=tokenizers,
         task=task,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datasets import Dataset, IterableDataset
 from trl.data_utils import is_conversational
 
-from ..callables import _short
+from ..callables import short_repr
 
 
 def check_first_rows(task, train_dataset, eval_dataset, args, acts: bool = False) -> None:
@@ -31,6 +31,6 @@ def check_acting_prompts(prompts: list, acts: bool) -> None:
         raise ValueError(
             "MAGRPOTrainer: `tools` and `environment_factory` need chat prompts (lists of messages), as in TRL: tool "
             "calls are read from the assistant's turn and results come back as tool messages. The first prompts are "
-            f"plain text ({_short(prompts[0], 80)}); write the dataset's 'prompt' as "
+            f"plain text ({short_repr(prompts[0], 80)}); write the dataset's 'prompt' as "
             '[{"role": "user", "content": ...}], or return messages from `formatters`.'
         )

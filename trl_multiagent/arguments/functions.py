@@ -33,44 +33,32 @@ class UserFunctions:
 def user_functions(
     args,
     num_agents: int,
-    reward_func,
     reward_funcs,
     external_transition,
     formatters,
     train_dataset,
     eval_dataset,
-    reward_transform,
     world_rewards: list | None = None,
     has_worlds: bool = False,
-    reserved_keywords: tuple[str, ...] = (),
-    one_value_for_several=None,
 ) -> UserFunctions:
     """The reward functions, the transition and the formatters, checked against the team and the datasets before
     anything is loaded: signatures, counts, columns, turns. `world_rewards` are the environments' `get_reward` columns,
-    after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`).
-    `reward_transform` maps every reward value before the weighted sum (or None); `reserved_keywords` are the keywords
-    the functions take besides the core's (translated by `compat`), which no dataset column may be named either;
-    `one_value_for_several` reads a joint function that returns one value for several joint actions
-    (`rewards.JointReward`)."""
-    if reward_func is not None and reward_funcs is not None:
-        raise ValueError("MAGRPOTrainer: pass `reward_func` or `reward_funcs`, not both.")
-    funcs = reward_funcs if reward_funcs is not None else reward_func
-    funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+    after the user's functions (weight 1 unless `reward_weights` gives one for them too: `rewards.resolve_weights`)."""
+    funcs = (
+        []
+        if reward_funcs is None
+        else list(reward_funcs)
+        if isinstance(reward_funcs, (list, tuple))
+        else [reward_funcs]
+    )
     weights = resolve_weights(args.reward_weights, [reward_name(f) for f in funcs], world_rewards or [])
     funcs += [each_agent(f) if f.per_agent_reward else f for f in world_rewards or []]
     named = [("train_dataset", train_dataset), *named_eval_datasets(eval_dataset)]
     columns = [c for _, d in named for c in (getattr(d, "column_names", None) or [])]
     columns = [c for c in columns if c != "prompt"]
-    check_column_names(columns, {*REWARD_KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY, *reserved_keywords})
+    check_column_names(columns, {*REWARD_KEYWORDS, *Transition.REQUIRED, *Transition.HISTORY})
     joint_reward = JointReward(
-        funcs,
-        weights,
-        num_agents,
-        columns,
-        reward_transform,
-        args.agent_reward_aggregation,
-        args.multi_objective_aggregation,
-        one_value_for_several,
+        funcs, weights, num_agents, columns, args.agent_reward_aggregation, args.multi_objective_aggregation
     )
     if args.team_reward_weight != 1.0 and not joint_reward.gives_own_rewards:
         raise ValueError(

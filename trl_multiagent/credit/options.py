@@ -2,8 +2,7 @@
 branching rule is one small object holding its rule, what it does and the paper it comes from.
 
 `credit.returns` looks the strategies up, `MAGRPOConfig` validates a choice by asking here (`check`,
-`check_branching`), and CoMLRL's `advantage_mode` names are read from the baselines (`Baseline.comlrl`), so a new
-option is one entry in one of these dicts.
+`check_branching`), so a new option is one entry in one of these dicts.
 
 >>> BASELINES["rloo"].paper
 'RLOO: Ahmadian et al., Back to Basics, arXiv 2402.14740'
@@ -39,7 +38,6 @@ class Baseline:
     centred: Callable[[torch.Tensor], torch.Tensor]  # (groups, K) returns -> returns minus the baseline
     doc: str
     paper: str
-    comlrl: str | None = None  # CoMLRL 1.4.3's `advantage_mode` for it (`compat.comlrl`), if it has one
 
 
 @dataclass(frozen=True)
@@ -96,20 +94,18 @@ JOINT_MODES = {
     ),
 }
 BASELINES = {
-    "mean": Baseline(lambda r: r - r.mean(dim=1, keepdim=True), "the group mean", GRPO, comlrl="mean"),
+    "mean": Baseline(lambda r: r - r.mean(dim=1, keepdim=True), "the group mean", GRPO),
     "rloo": Baseline(
         _rloo,
         "the mean of the K - 1 other completions (K / (K - 1) times the 'mean' advantage)",
         "RLOO: Ahmadian et al., Back to Basics, arXiv 2402.14740",
-        comlrl="rloo",
     ),
     "max": Baseline(
         lambda r: r - r.max(dim=1, keepdim=True).values,
         "the group's best return (every advantage <= 0)",
-        "CoMLRL 1.4.3's advantage_mode='max' (no paper)",
-        comlrl="max",
+        "CoMLRL 1.4.3 (no paper)",
     ),
-    "none": Baseline(lambda r: r, "nothing: the raw returns", "REINFORCE: Williams, 1992", comlrl="raw"),
+    "none": Baseline(lambda r: r, "nothing: the raw returns", "REINFORCE: Williams, 1992"),
 }
 SCALINGS = {  # TRL's three, and "agent"
     "group": Scaling(lambda r: _std(r, dim=1, keepdim=True), "each group's std (TRL's default)", GRPO),

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from .summary import AGENT_LENGTH, AGENT_TOOL_CALLS, TURN_REWARD, series, smooth
+from .summary import AGENT_LENGTH, AGENT_TOOL_CALLS, TURN_REWARD, series, smooth, summary_lines
 
 
 TRAINER_STATE = "trainer_state.json"
@@ -184,6 +184,19 @@ def plot_run(
     out_png.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out_png, format="png")
     return str(out_png)
+
+
+def run_report(trainer, samples) -> list[str]:
+    """What a tools recipe prints at its end: the summary of the logged steps, the sample answers, and where the
+    reward and tool-call curves were written (`output_dir/rewards.png`; or why there are none)."""
+    history = trainer.state.log_history
+    lines = [*summary_lines(history), *samples.lines()]
+    try:
+        png = plot_run(history, os.path.join(trainer.args.output_dir, "rewards.png"))
+        lines.append(f"Reward and tool-call curves: {png}")
+    except (ImportError, ValueError) as error:
+        lines.append(f"No curves: {error}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

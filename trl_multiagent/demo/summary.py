@@ -19,7 +19,6 @@ standard error is called an improvement (or a decline); anything inside is "no c
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -145,18 +144,3 @@ def summary_lines(log_history: list[dict]) -> list[str]:
 def _count(number: int, noun: str) -> str:
     """'1 step', '8 steps'."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def run_report(trainer, samples) -> list[str]:
-    """What a tools recipe prints at its end: the summary of the logged steps, the sample answers, and where the
-    reward and tool-call curves were written (`output_dir/rewards.png`; or why there are none)."""
-    history = trainer.state.log_history
-    lines = [*summary_lines(history), *samples.lines()]
-    try:
-        from .plot import plot_run
-
-        png = plot_run(history, os.path.join(trainer.args.output_dir, "rewards.png"))
-        lines.append(f"Reward and tool-call curves: {png}")
-    except (ImportError, ValueError) as error:
-        lines.append(f"No curves: {error}")
-    return lines

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..callables import _run
+from ..callables import run_awaitable
 from .faults import ToolCallTimeout
 
 
@@ -56,7 +56,7 @@ def call_tools(
             results.append((name, err))
     pending = [i for i, (_, value) in enumerate(results) if inspect.isawaitable(value)]
     if pending:
-        done = _run(_together([results[i] for i in pending], timeout))
+        done = run_awaitable(_together([results[i] for i in pending], timeout))
         for i, value in zip(pending, done, strict=True):
             results[i] = (results[i][0], value)
     messages, failures = [], 0
@@ -108,7 +108,7 @@ def _called(name: str, tool: Callable, arguments: dict, timeout: float | None):
 
 async def _together(calls: list[tuple[str, Any]], timeout: float | None) -> list:
     """The values (or exceptions) of the awaitables of `calls` (`(name, awaitable)`), run concurrently, each cancelled
-    past `timeout`. `asyncio.gather` is called here, inside the loop that runs it (`callables._run`'s): made on the
+    past `timeout`. `asyncio.gather` is called here, inside the loop that runs it (`callables.run_awaitable`'s): made on the
     calling thread it would attach to that thread's current or running loop, and the loop awaiting it would refuse it
     ("attached to a different loop")."""
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..callables import _short
+from ..callables import short_repr
 
 
 FORK_HOOK = "_fork"
@@ -87,8 +87,8 @@ def replay(
     if observation != journal.observation:
         raise StartMismatch(
             f"MAGRPOTrainer: replaying the environment {cls} for a branch of turn {turn}: reset(**row) returned "
-            f"{_short(observation)}, but {_short(journal.observation)} when the branch began (row "
-            f"{_short(journal.columns)}). {_DETERMINISTIC.format(cls=cls)}"
+            f"{short_repr(observation)}, but {short_repr(journal.observation)} when the branch began (row "
+            f"{short_repr(journal.columns)}). {_DETERMINISTIC.format(cls=cls)}"
         )
     for number, recorded in enumerate(journal.rounds, start=1):
         messages, _ = call_tools(recorded.calls, tools(world, recorded.agent))
@@ -97,9 +97,9 @@ def replay(
                 function = call.get("function", {})
                 raise ReplayMismatch(
                     f"MAGRPOTrainer: replaying the environment {cls} for a branch of turn {turn}: the call "
-                    f"{function.get('name')}({_short(function.get('arguments'))}) that agent {recorded.agent} made in "
+                    f"{function.get('name')}({short_repr(function.get('arguments'))}) that agent {recorded.agent} made in "
                     f"turn {recorded.turn} (round {number} of the branch's tool rounds) returned "
-                    f"{_short(message['content'])} on replay, but {_short(content)} when it was made. "
+                    f"{short_repr(message['content'])} on replay, but {short_repr(content)} when it was made. "
                     f"{_DETERMINISTIC.format(cls=cls)}"
                 )
 

@@ -24,7 +24,7 @@ What a team adds:
   index to names; agents left out get every tool), gives agent i only those methods. TRL ignores the attribute, so the
   same class still runs under GRPOTrainer.
 * **Per-agent rewards.** A class attribute ``per_agent_reward = True`` states that ``get_reward()`` returns one value
-  per agent, agent i's own reward (read as `reward_wrappers.each_agent` states): the reward column is their aggregate
+  per agent, agent i's own reward (read as `rewards.wrappers.each_agent` states): the reward column is their aggregate
   (`MAGRPOConfig.agent_reward_aggregation`), and `MAGRPOConfig.team_reward_weight` below 1 mixes each agent's own value
   into what it learns from. Without it, ``get_reward()`` returns one number for the team, as in TRL.
 
@@ -67,7 +67,7 @@ from typing import Any
 
 from transformers.utils import logging
 
-from ..callables import _short
+from ..callables import short_repr
 from .calls import call_tools
 from .faults import EnvironmentLost, is_lost
 from .forks import FORK_HOOK, Journal, Round, StartMismatch, random_state, replay, set_random_state
@@ -238,7 +238,7 @@ class Worlds:
         except Exception as err:
             message = (
                 f"MAGRPOTrainer: {type(world).__name__}.reset(**row) raised {type(err).__name__}: {err}, on the row "
-                f"{_short(journal.columns)}."
+                f"{short_repr(journal.columns)}."
             )
             if is_lost(err):
                 raise EnvironmentLost(f"{message} {_LOST}") from err
@@ -321,14 +321,14 @@ class Worlds:
         who = f"agent {agent}'s call" if agent is not None else "replaying the call"
         return EnvironmentLost(
             f"MAGRPOTrainer: the environment {cls.__name__} is gone: {who} {function.get('name')}"
-            f"({_short(function.get('arguments'))}) in turn {journal.turn} raised {type(error).__name__}: {error}, on "
-            f"the row {_short(journal.columns)}. {_LOST}"
+            f"({short_repr(function.get('arguments'))}) in turn {journal.turn} raised {type(error).__name__}: {error}, on "
+            f"the row {short_repr(journal.columns)}. {_LOST}"
         )
 
     def _where(self, world: Any) -> str:
         """The row and turn of `world` (for errors)."""
         entry = self.journals.get(id(world))
-        return "" if entry is None else f"on the row {_short(entry[1].columns)}, turn {entry[1].turn}"
+        return "" if entry is None else f"on the row {short_repr(entry[1].columns)}, turn {entry[1].turn}"
 
     def check(self, row: dict, prompts: list, count: int, num_turns: int) -> list:
         """Before any generation: a world for each of `count` placeholder joint actions on `row`: the pool's first
@@ -402,7 +402,7 @@ def observations_per_agent(observation, num_agents: int, cls: type) -> list:
         if len(observation) != num_agents:
             raise ValueError(
                 f"MAGRPOTrainer: {cls.__name__}.reset(**row) returned {len(observation)} observations "
-                f"({_short(observation)}), one per agent, for a team of {num_agents}. Return one per agent (a list or "
+                f"({short_repr(observation)}), one per agent, for a team of {num_agents}. Return one per agent (a list or "
                 "tuple, None for an agent that gets none), or one string for every agent."
             )
         return list(observation)

@@ -100,14 +100,14 @@ def build_trainer(
     )
     tokenizers = [tokenizer_for(team, s) for s in seats]
     kwargs = dict(
-        tokenizer=tokenizers,
-        reward_func=reward,
+        processing_class=tokenizers,
+        reward_funcs=reward,
         external_transition=transition if settings.num_turns > 1 else None,
         train_dataset=Dataset.from_dict({"prompt": prompts}),
         args=args,
     )
     if team.kind == "full":
-        trainer = MAGRPOTrainer(agents=[team.agent_dirs[s] for s in seats], **kwargs)
+        trainer = MAGRPOTrainer(model=[team.agent_dirs[s] for s in seats], **kwargs)
     else:
         from peft import PeftConfig
 
@@ -120,7 +120,7 @@ def build_trainer(
         if team.kind == "shared_lora":  # the base once, one adapter per seat: the trainer's shared-base team
             trainer = MAGRPOTrainer(model=team.bases[0], num_agents=n, peft_config=configs, **kwargs)
         else:  # one base per agent, each with its adapter
-            trainer = MAGRPOTrainer(agents=[team.bases[s] for s in seats], peft_config=configs, **kwargs)
+            trainer = MAGRPOTrainer(model=[team.bases[s] for s in seats], peft_config=configs, **kwargs)
         built = trainer.team
         for seat, agent in enumerate(seats):
             name = built.adapter_names[seat] if built.is_shared_base else "default"

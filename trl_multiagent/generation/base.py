@@ -95,7 +95,7 @@ class Generator:
                 raise ValueError(
                     f"MAGRPOTrainer: agent {agent}'s tokenizer produced token id {largest}, but the agent's vocabulary "
                     f"has {self.vocab_sizes[agent]} entries: the tokenizer does not belong to this model. Pass one "
-                    "tokenizer per agent (`tokenizer=[...]`), in the order of `agents`."
+                    "tokenizer per agent (`processing_class=[...]`), in the order of the models."
                 )
         return ids
 

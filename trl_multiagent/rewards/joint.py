@@ -1,9 +1,8 @@
 """The team's reward: joint reward functions, per-agent rewards in TRL's convention, and their weighted sum.
 
 Every entry of `reward_funcs` follows one of three conventions. A function wrapped in `joint`, `per_agent` or
-`per_joint_action` (`reward_wrappers`) follows the one it states; any other is read by one rule each, and a rule that
-reads a function's convention from its signature (`reward_signatures`) or its return shape says so once, at WARNING,
-with how to state it:
+`per_joint_action` (`rewards.wrappers`) follows the one it states; any other is read from its signature
+(`rewards.signatures`), which says so once, at WARNING, with how to state it:
 
 * **Per-agent, TRL's** (`is_per_agent`): a model id or a model (a sequence-classification reward model), a function
   wrapped in `per_agent`, or a function that names `completions` or `completion_ids` and takes ``**kwargs`` (all of
@@ -13,18 +12,17 @@ with how to state it:
   `MAGRPOConfig.agent_reward_aggregation` (mean over agents by default).
 * **Joint, batched** (`joint`, and the default for every other function): ``f(completions_agent_0,
   completions_agent_1, ...)``, one list per agent aligned by joint action, returns one value per joint action. A
-  function with a single positional parameter gets one list of the agents' lists instead, as CoMLRL calls it. The
+  function with a single positional parameter gets one list of the agents' lists instead. The
   completion lists fill the leading positional parameters that are not keywords the trainer passes (nor dataset
   columns): a function whose parameters are all such keywords, TRL's environment reward ``f(environments,
   **kwargs)`` or ``f(**kwargs)``, gets no completion list and is called by keywords only, once per turn, to score each
   joint action from its world (`environments`, one per joint action). Read from the signature, this says so once at
   WARNING.
-* **Joint, one joint action per call** (`per_joint_action`, CoMLRL 1.4.3's convention): called once per joint action,
-  with one-element lists, ``rows=[row]`` and ``prompts=[agent 0's prompt]``; it returns one value or a list of
-  one. Without the wrapper, a joint function that returns a list of one value when given several joint actions is
-  read so by the rule the trainer gives `JointReward` (`one_value_for_several`, CoMLRL's: its first value is kept);
-  without a rule, it is a count error. The first call with more than one joint action decides (the trainer's
-  build-time check makes one with two).
+* **Joint, one joint action per call** (`per_joint_action`, stated only): called once per joint action, with
+  one-element lists, ``rows=[row]`` and ``prompts=[agent 0's prompt]``; it returns one value or a list of one.
+
+A convention is read from the signature or the wrapper alone, never from what a call returns: an unwrapped joint
+function that returns one value for several joint actions is a count error, which names `per_joint_action`.
 
 Keywords are passed only when the function names them or takes ``**kwargs``: those of `REWARD_KEYWORDS` (each says
 what it holds) and the dataset columns.
@@ -32,7 +30,6 @@ what it holds) and the dataset columns.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import numbers
 import statistics
@@ -44,7 +41,7 @@ import torch
 from transformers.utils import logging
 from trl.data_utils import is_conversational
 
-from ..callables import _pick_keywords, _run, _unknown_parameters, callable_name
+from ..callables import callable_name, pick_keywords, run_awaitable, unbound_parameters
 from .log_extra import bound_log_extra
 from .models import reward_name, score_with_model
 from .signatures import PER_AGENT_NAMES, completion_slots, is_per_agent, say_inferred
@@ -62,7 +59,7 @@ class RewardKeyword:
     """A keyword the trainer passes the reward functions: what it holds, and how each convention gets it."""
 
     doc: str
-    per_joint_action: bool  # one value per joint action: a call of one joint action (CoMLRL's) gets its own
+    per_joint_action: bool  # one value per joint action: a call of one joint action (`per_joint_action`) gets its own
     per_agent_call: bool  # a per-agent reward (TRL's convention) gets it as it is
 
 
@@ -162,23 +159,15 @@ class JointReward:
         weights: Sequence[float] | None,
         num_agents: int,
         columns: Sequence[str] = (),
-        transform: Callable[[float], float] | None = None,
         agent_aggregation="mean",
         multi_objective_aggregation: str = "sum_then_normalize",
-        one_value_for_several: Callable | None = None,
     ):
         self.funcs = list(funcs)
         self.normalize_then_sum = multi_objective_aggregation == "normalize_then_sum"
-        # applied to every value before the weighted sum (and to each agent's own); the values are logged as returned
-        self.transform = transform
         self.agent_aggregation = agent_aggregation
-        # How an unstated joint function that returns one value for several joint actions is read:
-        # `one_value_for_several(name, count, turn, first_alone)` returns joint action 0's value (`first_alone()`
-        # scores it alone) and the function is then called once per joint action; None: it is a count error
-        self.one_value_for_several = one_value_for_several
         if not self.funcs:
             raise ValueError(
-                "MAGRPOTrainer: No reward source provided. Pass `reward_func=` (or `reward_funcs=`), or an "
+                "MAGRPOTrainer: No reward source provided. Pass `reward_funcs=`, or an "
                 "`environment_factory` whose environment defines a `get_reward` method."
             )
         self.weights = [1.0] * len(self.funcs) if weights is None else [float(w) for w in weights]
@@ -191,12 +180,7 @@ class JointReward:
         self.per_agent = [is_per_agent(f) for f in self.funcs]
         stated = [stated_convention(f) for f in self.funcs]
         self.each_agent = [c == "each_agent" for c in stated]
-        # per function: True when it scores one joint action per call; None until a call with several joint actions
-        # shows whether an unwrapped joint function scores them all at once (`one_value_for_several`)
-        self.one_action_per_call: list[bool | None] = [
-            False if p else {"joint": False, "per_joint_action": True, "each_agent": False}.get(c)
-            for p, c in zip(self.per_agent, stated, strict=True)
-        ]
+        self.one_action_per_call = [c == "per_joint_action" for c in stated]  # else all joint actions in one call
         self.one_list = [False] * len(self.funcs)
         self.by_keywords = [False] * len(self.funcs)  # joint, with no completion list: TRL's f(environments, **kwargs)
         self.processing_classes: list = [None] * len(self.funcs)
@@ -204,7 +188,7 @@ class JointReward:
             if self.per_agent[f]:
                 if not isinstance(func, (str, torch.nn.Module)):
                     self._check_binds(func, name, [], PER_AGENT_NAMES, columns, "as TRL calls it, by keywords")
-                say_inferred(func, name, per_agent=True, one_list=False)
+                say_inferred(func, name, per_agent=True, one_list=False, num_agents=num_agents)
                 continue
             if not callable(func):
                 raise TypeError(f"Reward {name!r} is not callable: got {type(func).__name__}.")
@@ -223,11 +207,11 @@ class JointReward:
             say_inferred(func, name, per_agent=False, one_list=self.one_list[f], by_keywords=self.by_keywords[f])
 
     def _check_binds(self, func, name, args, required, columns, how: str) -> None:
-        keywords = _pick_keywords(func, dict.fromkeys([*REWARD_KEYWORDS, *required, *columns]))
+        keywords = pick_keywords(func, dict.fromkeys([*REWARD_KEYWORDS, *required, *columns]))
         try:
             inspect.signature(func).bind(*args, **keywords)
         except TypeError as err:
-            unknown = _unknown_parameters(func, args, keywords, [*REWARD_KEYWORDS, *required], columns)
+            unknown = unbound_parameters(func, args, keywords, [*REWARD_KEYWORDS, *required], columns)
             raise TypeError(
                 f"Reward function {name!r} cannot be called {how} and the keywords {sorted(keywords)}: {err}.{unknown} "
                 f"Its signature is {name}{inspect.signature(func)}."
@@ -254,7 +238,7 @@ class JointReward:
         completion_ids: list[list[list[int]]] | None = None,
         messages: list[list[list[dict] | None]] | None = None,
     ) -> tuple[list[float], list, dict[int, list[list[float | None]]]]:
-        """Joint reward per joint action (weighted sum over functions, of the transformed values), each function's
+        """Joint reward per joint action (weighted sum over functions), each function's
         joint values, and each per-agent function's values per agent (function index -> [agent][joint action]).
         `messages` ([agent][joint action], with tools): each completion as TRL's reward functions get it, the
         assistant turns and tool results (None for an agent without tools: its text as one assistant message)."""
@@ -276,8 +260,7 @@ class JointReward:
                 per_func.append(aggregate_agents(self.agent_aggregation, per_agent[f]))
             else:
                 per_func.append(self._joint_values(f, completions, keywords, count, turn))
-        transformed = per_func if self.transform is None else [self._transform(vals, turn) for vals in per_func]
-        return self._weighted_sum(transformed, count), per_func, per_agent
+        return self._weighted_sum(per_func, count), per_func, per_agent
 
     def _weighted_sum(self, per_func: list[list[float | None]], count: int) -> list[float]:
         scored = [w for f, w in enumerate(self.weights) if self._ready(f)]
@@ -323,7 +306,6 @@ class JointReward:
         for position, f in enumerate(scored):
             for i in range(self.num_agents):
                 values = per_agent[f][i] if f in per_agent else per_func[position]
-                values = values if self.transform is None else self._transform(values, turn)
                 for j, value in enumerate(values):
                     if value is not None:
                         own[j][i] += self.weights[f] * value
@@ -334,31 +316,20 @@ class JointReward:
         if self.one_action_per_call[f]:
             return [self._one_action(f, completions, keywords, j, turn) for j in range(count)]
         values = self._call_joint(f, completions, keywords, list(range(count)), turn)
-        if self.one_action_per_call[f] is None and count > 1:
-            one = isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and len(values) == 1
-            if one and self.one_value_for_several is not None:
-                first = self.one_value_for_several(
-                    name, count, turn, functools.partial(self._one_action, f, completions, keywords, 0, turn)
-                )
-                self.one_action_per_call[f] = True
-                return [first] + [self._one_action(f, completions, keywords, j, turn) for j in range(1, count)]
-            self.one_action_per_call[f] = False
-            if not one:
-                logger.info_once(f"Reward function {name!r} scores all joint actions of a turn in one call (joint).")
         return check_rewards(name, values, count, turn, joint=True)
 
     def _call_joint(self, f: int, completions, keywords: dict, actions: list[int], turn: int):
         func = self.funcs[f]
         args = [] if self.by_keywords[f] else [list(completions)] if self.one_list[f] else completions
         keywords = self._with_log_extra(f, keywords, actions, turn)
-        return _run(func(*args, **_pick_keywords(func, keywords)))
+        return run_awaitable(func(*args, **pick_keywords(func, keywords)))
 
     def _one_action(self, f: int, completions, keywords: dict, j: int, turn: int) -> float | None:
-        """CoMLRL's call: joint action `j` alone, every list (and keyword list) cut to its one element."""
+        """Joint action `j` alone (`per_joint_action`): every list (and keyword list) cut to its one element."""
         one = {}
         for key, value in keywords.items():
             if key == "prompts":
-                one[key] = [value[0][j]]  # CoMLRL's: the prompt of joint action j (agent 0's)
+                one[key] = [value[0][j]]  # the prompt of joint action j (agent 0's)
             elif REWARD_KEYWORDS[key].per_joint_action if key in REWARD_KEYWORDS else isinstance(value, list):
                 one[key] = [value[j]]  # the rows, the worlds, or a dataset column
             else:
@@ -367,12 +338,9 @@ class JointReward:
         if isinstance(values, numbers.Real) and not isinstance(values, bool):
             values = [values]  # one value, not in a list
         name = self.names[f]
-        why = (
-            f"as per_joint_action({name}) states"
-            if stated_convention(self.funcs[f]) == "per_joint_action"
-            else "since it returned 1 value for several"
-        )
-        return check_rewards(name, values, 1, turn, f", called once per joint action {why}")[0]
+        return check_rewards(
+            name, values, 1, turn, f", called once per joint action as per_joint_action({name}) states"
+        )[0]
 
     def _with_log_extra(self, f: int, keywords: dict, actions: list[int], turn: int, agent: int | None = None):
         """`keywords` with TRL's `log_extra` bound to one call of function `f` (`log_extra.bound_log_extra`)."""
@@ -398,12 +366,8 @@ class JointReward:
         }
         trl_keywords = self._with_log_extra(f, trl_keywords, list(range(len(completions))), turn, agent)
         trl_keywords.update(prompts=prompts, completions=texts, completion_ids=ids)
-        values = _run(func(**_pick_keywords(func, trl_keywords)))
+        values = run_awaitable(func(**pick_keywords(func, trl_keywords)))
         return check_rewards(name, values, len(completions), turn)
-
-    def _transform(self, values: list[float | None], turn: int) -> list[float | None]:
-        out = [None if v is None else self.transform(v) for v in values]
-        return check_rewards(callable_name(self.transform), out, len(values), turn)
 
 
 def group_normalized(values: Sequence[float | None], groups: Sequence[int]) -> list[float | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..callables import _short
+from ..callables import short_repr
 
 
 # The completions table's own columns (TRL's `log` and `metrics.completion_logs`): `log_extra` may not replace one.
@@ -36,7 +36,7 @@ def bound_log_extra(
             )
         if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != len(actions):
             raise ValueError(
-                f"{where} got {_short(values, 80)}; it takes a list of {len(actions)} values, one per "
+                f"{where} got {short_repr(values, 80)}; it takes a list of {len(actions)} values, one per "
                 f"{'completion' if agent is not None else 'joint action'} of this call, as in TRL."
             )
         sink(column, [(j, agent, v) for j, v in zip(actions, list(values), strict=True)])

@@ -1,4 +1,4 @@
-"""A reward function's convention read from its signature, when no wrapper states it (`reward_wrappers`): TRL's
+"""A reward function's convention read from its signature, when no wrapper states it (`rewards.wrappers`): TRL's
 per-agent ``f(completions, **kwargs)`` (`is_per_agent`), how many completion lists a joint function takes
 (`completion_slots`), and the WARNING, once per function, that says what was read and how to state it
 (`say_inferred`).
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from transformers.utils import logging
 
-from ..callables import _parameters
+from ..callables import accepted_keywords
 from .wrappers import stated_convention
 
 
@@ -30,12 +30,15 @@ def is_per_agent(func) -> bool:
         return False
     if stated_convention(func) is not None:
         return stated_convention(func) == "per_agent"
-    names, takes_any = _parameters(func)
+    names, takes_any = accepted_keywords(func)
     return takes_any and any(name in names for name in PER_AGENT_NAMES)
 
 
-def say_inferred(func, name: str, per_agent: bool, one_list: bool, by_keywords: bool = False) -> None:
-    """Once per function, at WARNING: the convention read from its signature, and how to state it."""
+def say_inferred(
+    func, name: str, per_agent: bool, one_list: bool, by_keywords: bool = False, num_agents: int = 2
+) -> None:
+    """Once per function, at WARNING: the convention read from its signature, and how to state it. A team of one reads
+    TRL's per-agent convention as TRL does, with nothing to combine: nothing to say."""
     if stated_convention(func) is not None or isinstance(func, (str, torch.nn.Module)):
         return
     if by_keywords:
@@ -48,17 +51,18 @@ def say_inferred(func, name: str, per_agent: bool, one_list: bool, by_keywords: 
             "each agent's completions (TRL's convention)."
         )
         return
-    if per_agent and not getattr(func, "__module__", "").startswith("trl."):  # TRL's own rewards are per-agent
+    trl_own = getattr(func, "__module__", "").startswith("trl.")  # TRL's own rewards are per-agent
+    if per_agent and not trl_own and num_agents > 1:
         logger.warning_once(
             f"Reward function {name!r} names `completions` or `completion_ids` and takes **kwargs, so it is read as "
             "TRL's per-agent convention: it will be called once per agent with that agent's completions, and "
             "MAGRPOConfig.agent_reward_aggregation combines the agents' values into the joint reward. State it with "
             f"per_agent({name}) (from trl_multiagent), or joint({name}) if it scores the agents' answers together."
         )
-    elif one_list:
+    elif one_list and not per_agent:
         logger.warning_once(
             f"Reward function {name!r} takes one positional parameter, so it is read as a joint reward called with "
-            "one list of the agents' completion lists (CoMLRL's call: `completions[i][j]` is agent i's answer in "
+            "one list of the agents' completion lists (`completions[i][j]` is agent i's answer in "
             f"joint action j), returning one value per joint action. State it with joint({name}) (from "
             f"trl_multiagent), or per_agent({name}) if it scores one agent's completions (TRL's convention)."
         )

@@ -9,7 +9,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..callables import _short
+from ..callables import short_repr
 
 
 def check_agent_rewards(name: str, values: Any, count: int, num_agents: int, turn: int) -> list[list[float | None]]:
@@ -27,14 +27,14 @@ def check_agent_rewards(name: str, values: Any, count: int, num_agents: int, tur
     if not is_list(values, count):
         raise ValueError(
             f"{where} must return a list of {count} entries, one per joint action, each a list of {num_agents} "
-            f"numbers (one per agent) or None; got {_short(values, 80)}."
+            f"numbers (one per agent) or None; got {short_repr(values, 80)}."
         )
     per_agent: list[list[float | None]] = [[] for _ in range(num_agents)]
     for j, row in enumerate(values):
         if row is not None and not is_list(row, num_agents):
             raise ValueError(
                 f"{where} must give each joint action a list of {num_agents} numbers, one per agent (or None); got "
-                f"{_short(row, 80)} at joint action {j}."
+                f"{short_repr(row, 80)} at joint action {j}."
             )
         checked = (
             [None] * num_agents if row is None else check_rewards(f"{name}, joint action {j}", row, num_agents, turn)
@@ -53,13 +53,16 @@ def check_rewards(name: str, values: Any, count: int, turn: int, how: str = "", 
         if joint and isinstance(values, numbers.Real) and count > 1:
             hint = f" If it scores one joint action per call, wrap it: per_joint_action({name})."
         raise TypeError(
-            f"{where} must return a list of {count} floats, one per joint action; got {_short(values)}.{hint}"
+            f"{where} must return a list of {count} floats, one per joint action; got {short_repr(values)}.{hint}"
         )
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     if len(values) != count:
+        hint = ""
+        if joint and len(values) == 1 and count > 1:
+            hint = f" If it scores one joint action per call, wrap it: per_joint_action({name})."
         raise ValueError(
             f"{where} returned {len(values)} value{'s' if len(values) != 1 else ''} for {count} joint "
-            f"action{'s' if count != 1 else ''}; it must return one per joint action. Got: {_short(values)}."
+            f"action{'s' if count != 1 else ''}; it must return one per joint action. Got: {short_repr(values)}.{hint}"
         )
     out = []
     for j, v in enumerate(values):
@@ -67,8 +70,8 @@ def check_rewards(name: str, values: Any, count: int, turn: int, how: str = "", 
             out.append(None)
             continue
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{where} returned a non-number at index {j}: {v!r} (all values: {_short(values)}).")
+            raise TypeError(f"{where} returned a non-number at index {j}: {v!r} (all values: {short_repr(values)}).")
         if math.isnan(v) or math.isinf(v):
-            raise ValueError(f"{where} returned {v} at index {j}; rewards must be finite (all: {_short(values)}).")
+            raise ValueError(f"{where} returned {v} at index {j}; rewards must be finite (all: {short_repr(values)}).")
         out.append(float(v))
     return out

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..callables import _short, callable_name
+from ..callables import callable_name, short_repr
 
 
 _CONVENTION = "__trl_multiagent_convention__"  # the attribute a wrapper sets (`stated_convention` reads it)
@@ -21,8 +21,8 @@ def joint(func: Callable) -> Callable:
     """State that `func` is a joint reward: ``func(completions_agent_0, completions_agent_1, ...)``, one list of
     completions per agent aligned by joint action (a function with one positional parameter gets one list of the
     agents' lists; one whose parameters are all keywords the trainer passes, such as TRL's ``f(environments,
-    **kwargs)``, gets no list and is called by keywords), returning one value per joint action. A wrong count is then
-    an error, never read as CoMLRL's one-joint-action-per-call convention.
+    **kwargs)``, gets no list and is called by keywords), returning one value per joint action (the default for a function
+    that names no completions).
 
     >>> @joint
     ... def same_length(completions_0, completions_1):
@@ -53,8 +53,7 @@ def per_agent(func: Callable) -> Callable:
 
 
 def per_joint_action(func: Callable) -> Callable:
-    """State that `func` scores one joint action per call (CoMLRL 1.4.3's convention): it is called once per joint
-    action with one-element lists (``completions_agent_i[0]``), ``rows=[row]`` and ``prompts=[agent 0's
+    """State that `func` scores one joint action per call: it is called once per joint action with one-element lists (``completions_agent_i[0]``), ``rows=[row]`` and ``prompts=[agent 0's
     prompt]``, and returns one value or a list of one value.
 
     >>> @per_joint_action
@@ -91,7 +90,7 @@ def _stated(func: Callable, convention: str) -> Callable:
     `func`'s."""
     if isinstance(func, (str, torch.nn.Module)) or not callable(func):
         raise TypeError(
-            f"{convention}(...) takes a reward function; got {type(func).__name__} {_short(func, 80)}. A reward model "
+            f"{convention}(...) takes a reward function; got {type(func).__name__} {short_repr(func, 80)}. A reward model "
             "(a model or its id) is always per-agent: put it in `reward_funcs` as it is."
         )
     if inspect.iscoroutinefunction(func):

@@ -32,7 +32,7 @@ PLACEHOLDER_ANSWER = "placeholder answer"
 # TRL's prompt for a row without one when an environment owns the task: `reset`'s observation fills it
 EMPTY_CHAT = [{"role": "user", "content": ""}]
 # Joint actions of the placeholder reward call: more than one, so that a reward returning a list of fixed length
-# fails when the trainer is built, not after the first generation, and CoMLRL's one-action rewards show themselves.
+# fails when the trainer is built, not after the first generation.
 PLACEHOLDER_JOINT_ACTIONS = 2
 
 
@@ -43,10 +43,10 @@ class TeamTask:
         joint_reward: the team's reward functions (`rewards.JointReward`).
         transition: the user's transition (`callables.Transition`), or None with one turn.
         formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
-        later_turn_format: `(row, transition prompts) -> prompts` for every later turn (CoMLRL's rule, made by
-            `compat.comlrl`), or None: the transition's prompts as they are.
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
         worlds: the team's environments (`environments.worlds.Worlds`), or None.
+        later_turn_format: `(row, transition prompts) -> prompts`, applied to every later turn's prompts (the CoMLRL
+            face formats them with its formatters), or None: the transition's prompts as they are.
 
     The rewards get the trainer's state as `trainer_state` (the one `start` was given; a fresh `TrainerState` for the
     build-time check, which runs before the trainer exists). What they hand back is kept as values for the trainer to
@@ -59,9 +59,9 @@ class TeamTask:
         joint_reward: JointReward,
         transition: Transition | None,
         formatters: list | None,
-        later_turn_format: Callable[[dict, list], list] | None,
         tokenizers: list,
         worlds=None,
+        later_turn_format: Callable[[dict, list], list] | None = None,
     ):
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
         self.worlds = worlds  # `environments.worlds.Worlds`, or None

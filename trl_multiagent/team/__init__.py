@@ -1,5 +1,6 @@
 """The team: N policies in one module (`agent_team.AgentTeam`), built from ids, folders or models with their
-tokenizers and adapters (`assembly`), and what a model's config says of its size (`model_config`)."""
+tokenizers and adapters (`assembly`), TRL's `ModelConfig` flags for a team (`model_config`), the optimizer's groups
+per agent (`optimizer`) and each agent's reference kept in step (`reference_sync`)."""
 
 from .agent_team import AgentTeam
 

@@ -38,7 +38,7 @@ class _Copy:
 @dataclass
 class TeamPlan:
     specs: list  # per model to load: a model, a model id or a `_Copy`
-    labels: list[str]  # per spec, the argument it came from (`agents[1]`, `model`), for errors
+    labels: list[str]  # per spec, the argument it came from (`model[1]`, `model`), for errors
     num_agents: int
     tokenizers: list | None  # one per agent, or None to load each model's own
     peft_configs: list | None  # one per agent
@@ -51,23 +51,25 @@ class BuiltTeam(NamedTuple):
     eos_token_ids: list[list[int]]  # per agent, every id that ends a completion
 
 
-def plan_team(agents, model, num_agents, tokenizer, peft_config, trainable_agents, configured_agents=None) -> TeamPlan:
-    """What the team will be, checked before anything is loaded. `configured_agents` is `MAGRPOConfig.num_agents`:
-    the team's size when `model=` comes without `num_agents=`, and a size the agents given must have."""
-    specs = _agent_specs(agents, model, num_agents, configured_agents)
+def plan_team(model, num_agents, tokenizer, peft_config, trainable_agents, configured_agents=None) -> TeamPlan:
+    """What the team will be, checked before anything is loaded: `model=[a, b]` is one model per agent; one model is
+    one agent, as in GRPOTrainer, or `num_agents` copies of it (`num_agents=`, else `MAGRPOConfig.num_agents`:
+    `configured_agents`), which a list given must have too."""
+    several = isinstance(model, (list, tuple))
+    specs = _agent_specs(model, num_agents, configured_agents)
     n = len(specs)
     peft_configs = _peft_config_list(peft_config, n)
-    labels = [f"agents[{i}]" for i in range(n)] if agents is not None else ["model"] * n
+    labels = [f"model[{i}]" for i in range(n)] if several else ["model"] * n
     for spec, label in zip(specs, labels, strict=True):
         _check_spec(spec, label)
     trainable = _trainable_list(trainable_agents, n)
-    shared_base = peft_configs is not None and model is not None
+    shared_base = peft_configs is not None and not several
     if shared_base and any(getattr(c, "modules_to_save", None) for c in peft_configs):
         raise ValueError(
             "MAGRPOTrainer: a shared-base LoRA team cannot train `modules_to_save` (got "
             f"{[getattr(c, 'modules_to_save', None) for c in peft_configs]}): those modules are copies outside the "
             "LoRA layers, and acting as one agent would leave them on another's. Remove `modules_to_save`, or give "
-            "each agent its own base (`agents=[model_a, model_b]`)."
+            "each agent its own base (`model=[model_a, model_b]`)."
         )
     return TeamPlan(
         specs=specs[:1] if shared_base else specs,  # a shared base is loaded once; the agents are its adapters
@@ -197,32 +199,29 @@ def _frozen_copy(accelerator, team: AgentTeam, args, temperature: float):
     return accelerator.prepare_model(reference, evaluation_mode=True)
 
 
-def _agent_specs(agents, model, num_agents, configured) -> list:
-    if agents is not None and model is not None:
-        raise ValueError("MAGRPOTrainer: pass `agents=[...]` or `model=` with `num_agents=`, not both.")
+def _agent_specs(model, num_agents, configured) -> list:
+    if model is None:
+        raise ValueError(
+            "MAGRPOTrainer needs `model`: one model or id (one agent, or `num_agents` copies), or a list with one per "
+            "agent."
+        )
     if num_agents is not None and configured is not None and num_agents != configured:
         raise ValueError(f"MAGRPOTrainer: num_agents={num_agents}, but MAGRPOConfig(num_agents={configured}).")
-    if agents is not None and configured is not None and len(agents) != configured:
-        raise ValueError(
-            f"MAGRPOTrainer got {len(agents)} agents, but MAGRPOConfig(num_agents={configured}); pass {configured} "
-            "agents, or leave num_agents out (the team's size is the number of agents given)."
-        )
-    if num_agents is None:
-        num_agents = configured
-    if agents is not None:
-        if num_agents is not None and num_agents != len(agents):
-            raise ValueError(f"MAGRPOTrainer: num_agents={num_agents} but {len(agents)} agents were given.")
-        specs = list(agents)
-    elif model is not None:
-        if num_agents is None:
-            raise ValueError("MAGRPOTrainer: `model=` needs `num_agents=` (or pass `agents=[...]`).")
-        # Homogeneous agents start from the same weights but train separately.
-        specs = [model] + [model if isinstance(model, str) else _Copy(model) for _ in range(num_agents - 1)]
-    else:
-        raise ValueError("MAGRPOTrainer needs `agents=[model, ...]` or `model=` with `num_agents=`.")
-    if not specs:
-        raise ValueError("MAGRPOTrainer: `agents` is empty.")
-    return specs
+    num_agents = num_agents if num_agents is not None else configured
+    if isinstance(model, (list, tuple)):
+        if not model:
+            raise ValueError("MAGRPOTrainer: `model` is an empty list; give one model or id per agent.")
+        if num_agents is not None and num_agents != len(model):
+            raise ValueError(
+                f"MAGRPOTrainer got {len(model)} models (one per agent), but num_agents={num_agents}; pass "
+                f"{num_agents} models, or leave num_agents out (the team's size is the number of models given)."
+            )
+        return list(model)
+    if num_agents is not None and num_agents < 1:
+        raise ValueError(f"MAGRPOTrainer: num_agents must be >= 1, got {num_agents}.")
+    # Homogeneous agents start from the same weights but train separately.
+    copies = (num_agents or 1) - 1
+    return [model] + [model if isinstance(model, str) else _Copy(model) for _ in range(copies)]
 
 
 def _peft_config_list(peft_config, num_agents: int) -> list | None:
@@ -317,7 +316,7 @@ def _tokenizer(spec, label: str, trust_remote_code: bool):
     model = spec.model if isinstance(spec, _Copy) else spec
     source = getattr(model.config, "_name_or_path", "") if hasattr(model, "config") else ""
     where = f"the tokenizer of {label} (a model in memory, whose config names {source!r})"
-    return _from_pretrained(load, source, where, fix=" Pass `tokenizer=`.")
+    return _from_pretrained(load, source, where, fix=" Pass `processing_class=`.")
 
 
 def _load_agent(spec, label: str, model_init_kwargs: dict | None) -> torch.nn.Module:

@@ -6,7 +6,7 @@ the trainer:
 
     parser = TrlParser((ScriptArguments, MAGRPOConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config()
-    trainer = MAGRPOTrainer(**team_from_model_config(model_args, 2, training_args), reward_func=..., ...)
+    trainer = MAGRPOTrainer(**team_from_model_config(model_args, 2, training_args), reward_funcs=..., ...)
 """
 
 from __future__ import annotations

@@ -1,0 +1,352 @@
+"""CoMLRL 1.4.3's `MAGRPOConfig`: its names and defaults, as fields of a subclass of the TRL face's config.
+
+Each CoMLRL name is a field with CoMLRL's default; `__post_init__` sets the TRL fields it means (`translate`) before
+GRPOConfig's own `__post_init__` derives the batch layout from them. Two CoMLRL names are `TrainingArguments`
+properties, `train_batch_size` and `eval_batch_size` (rows per step, times devices): here they are `InitVar`s, so that
+`inspect.signature(MAGRPOConfig.__init__)` lists them (CoMLRL's companion scripts keep only the keys it lists), they
+set what they mean, and reading them gives `TrainingArguments`' values, which the Trainer uses; CoMLRL's values are
+`config.comlrl_batch_sizes`. Setting one after construction is refused (docs/from_comlrl.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import InitVar, dataclass, field
+
+from transformers import TrainingArguments
+from transformers.utils import logging
+
+from ..config import MAGRPOConfig as TRLFaceConfig
+from ..credit.returns import joint_choices
+from ..devices import has_accelerator
+
+
+logger = logging.get_logger(__name__)
+
+ADVANTAGE_MODES = {"mean": "mean", "rloo": "rloo", "max": "max", "raw": "none"}  # CoMLRL's -> advantage_baseline
+PARALLEL_TRAINING = ("none", "mp")
+JOINT_MODES = {"align": "aligned", "aligned": "aligned", "cross": "cross", "crossed": "cross"}
+LAUNCH = (
+    "one process per device with `accelerate launch --config_file accelerate_configs/multi_gpu.yaml` (or zero2.yaml, "
+    "zero3.yaml for DeepSpeed); every process holds the whole team, DeepSpeed ZeRO shards it"
+)
+# The CoMLRL names whose TRL fields `translate` sets once, from which GRPOConfig derives the batch layout and the
+# evaluation schedule: set after construction, they are refused (`check_late_changes`), not silently ignored.
+LAYOUT_NAMES = ("rollout_buffer_size", "eval_interval")
+
+
+@dataclass
+class MAGRPOConfig(TRLFaceConfig):
+    r"""
+    CoMLRL 1.4.3's `MAGRPOConfig` on the TRL face's config: CoMLRL's names and defaults (`num_turns=2`,
+    `early_termination_threshold=-0.2`, `agent_learning_rate=5e-6`, `temperature=0.6`, `top_p=0.6`, `top_k=50`,
+    `num_train_epochs=20`, `logging_steps=50`, `max_new_tokens=256`), each CoMLRL name setting the TRL fields it means.
+    TRL's own fields are here too, with TRL's names (docs/from_comlrl.md has every name, default and what is not
+    provided).
+
+    Parameters:
+        agent_learning_rate (`float`, defaults to `5e-6`): `learning_rate`, with a constant schedule, as CoMLRL trains.
+        parallel_training (`str`, defaults to `"none"`): `"none"` or `"mp"` (`None`/`"null"` are `"none"`). Here each
+            process holds the whole team; devices other than the process's are refused, naming `accelerate launch`.
+        agent_devices, reference_devices (`str` or `list[str]`, *optional*): this process's device, or `"auto"`.
+        external_prompt_passthrough (`bool`, defaults to `False`): `False` formats each later turn's prompt with the
+            formatters too, as CoMLRL does; `True` gives the transition's prompts as they are.
+        eval_interval (`int`, defaults to `16`): evaluate every this many one-prompt steps (`eval_steps`), with an
+            `eval_dataset`, and before training; 0: never.
+        eval_num_samples (`int`, defaults to `4`): rows of `eval_dataset` evaluated.
+        eval_batch_size (`int`, defaults to `1`): prompts per evaluation batch: `per_device_eval_batch_size` rows.
+        rollout_buffer_size (`int`, defaults to `2`), train_batch_size (`int`, *optional*): tree nodes of an agent per
+            generation and per optimizer step; a prompt's tree is never split (`per_device_train_batch_size`,
+            `steps_per_generation`).
+        advantage_normalization (`bool`, defaults to `True`): `scale_rewards="group"` (`False`: `"none"`).
+        advantage_mode (`str`, defaults to `"mean"`): `advantage_baseline` (`mean`, `rloo`, `max`; `raw` is `none`).
+        reference_kl_enabled (`bool`, defaults to `False`), reference_kl_coef (`float`, defaults to `0.1`): `beta`.
+    """
+
+    points_to_comlrl_face = False  # a refused name here gets the closest CoMLRL and TRL names (`KnownKeywords`)
+
+    # CoMLRL's defaults for the fields both configs have
+    num_train_epochs: float = field(default=20, metadata={"help": "Total number of training epochs (CoMLRL: 20)."})
+    logging_steps: float = field(default=50, metadata={"help": "Log every this many steps (CoMLRL: 50)."})
+    num_agents: int | None = field(default=2, metadata={"help": "Team size for `agent_model` (CoMLRL: 2)."})
+    num_generations: int | None = field(default=4, metadata={"help": "Completions per agent and node (K)."})
+    max_new_tokens: int | None = field(default=256, metadata={"help": "Longest completion, in tokens (CoMLRL: 256)."})
+    temperature: float = field(default=0.6, metadata={"help": "Sampling temperature (CoMLRL: 0.6)."})
+    top_p: float = field(default=0.6, metadata={"help": "Nucleus sampling (CoMLRL: 0.6)."})
+    top_k: int = field(default=50, metadata={"help": "Top-k sampling (CoMLRL: 50)."})
+    num_turns: int = field(default=2, metadata={"help": "Number of turns (CoMLRL: 2)."})
+    early_termination_threshold: float | None = field(
+        default=-0.2,
+        metadata={
+            "help": "A node whose mean joint reward is above this value is not expanded (CoMLRL: -0.2, so a reward "
+            "that is never negative ends every branch after turn 1). None: every turn runs."
+        },
+    )
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "CoMLRL's AdamW has no schedule."})
+
+    # CoMLRL's own names
+    agent_learning_rate: float = field(default=5e-6, metadata={"help": "Each agent's learning rate (learning_rate)."})
+    parallel_training: str | None = field(default="none", metadata={"help": "'none' or 'mp' (devices: see docs)."})
+    agent_devices: list[str] | None = field(
+        default=None, metadata={"help": "This process's device (or a list, or 'auto')."}
+    )
+    external_prompt_passthrough: bool = field(
+        default=False, metadata={"help": "Give later turns the transition's prompts unformatted."}
+    )
+    eval_interval: int = field(default=16, metadata={"help": "Evaluate every this many one-prompt steps; 0: never."})
+    eval_num_samples: int = field(default=4, metadata={"help": "Rows of eval_dataset evaluated."})
+    rollout_buffer_size: int = field(default=2, metadata={"help": "Tree nodes of an agent per generation."})
+    advantage_normalization: bool = field(default=True, metadata={"help": "scale_rewards='group' (False: 'none')."})
+    advantage_mode: str = field(default="mean", metadata={"help": "mean, rloo, max or raw (advantage_baseline)."})
+    reference_kl_enabled: bool = field(default=False, metadata={"help": "A KL term against each agent's copy."})
+    reference_kl_coef: float = field(default=0.1, metadata={"help": "Its coefficient (beta)."})
+    reference_devices: list[str] | None = field(default=None, metadata={"help": "This process's device (or a list)."})
+    train_batch_size: InitVar[int | None] = None
+    eval_batch_size: InitVar[int | None] = None
+
+    def __post_init__(self, train_batch_size: int | None, eval_batch_size: int | None):
+        # CoMLRL's two batch sizes in its terms (tree nodes per optimizer step, prompts per evaluation batch): the
+        # values given, else CoMLRL's defaults; `given_batch_sizes` names those given
+        self.given_batch_sizes = [
+            n
+            for n, v in (("train_batch_size", train_batch_size), ("eval_batch_size", eval_batch_size))
+            if v is not None
+        ]
+        self.comlrl_batch_sizes = {
+            "train_batch_size": train_batch_size if train_batch_size is not None else self.rollout_buffer_size,
+            "eval_batch_size": eval_batch_size if eval_batch_size is not None else 1,
+        }
+        translate(self)
+        super().__post_init__()
+        self._translated = comlrl_values(self)  # what `check_late_changes` compares with
+
+    def check(self) -> None:
+        check_comlrl_values(self)
+        super().check()
+
+
+def _refuse_setting(name: str):
+    def setter(self, value):
+        raise AttributeError(
+            f"MAGRPOConfig: {name} (CoMLRL) is given to the constructor, MAGRPOConfig({name}=...): here it sets "
+            "per_device_train_batch_size/per_device_eval_batch_size, from which the batch layout is derived when the "
+            "config is built; reading it gives TrainingArguments' value (docs/from_comlrl.md)."
+        )
+
+    return setter
+
+
+# The dataclass took these two names as `InitVar`s (their class attributes, None, hid TrainingArguments' properties);
+# the properties come back, with a setter that says why they cannot be set afterwards.
+MAGRPOConfig.train_batch_size = property(TrainingArguments.train_batch_size.fget, _refuse_setting("train_batch_size"))
+MAGRPOConfig.eval_batch_size = property(TrainingArguments.eval_batch_size.fget, _refuse_setting("eval_batch_size"))
+
+
+def comlrl_values(config: MAGRPOConfig) -> dict:
+    """The values of CoMLRL's own fields (those the TRL face lacks)."""
+    return {name: getattr(config, name) for name in COMLRL_FIELDS}
+
+
+COMLRL_FIELDS = [f.name for f in dataclasses.fields(MAGRPOConfig) if f.name not in TRLFaceConfig.__dataclass_fields__]
+
+
+def _default(config, name: str):
+    f = type(config).__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _put(config, name: str, value, comlrl_name: str) -> None:
+    """Set TRL field `name` to what CoMLRL's `comlrl_name` means. A TRL field given (not at its default) wins over a
+    CoMLRL name left at its default, and must agree with one that was given."""
+    current, comlrl_given = getattr(config, name), getattr(config, comlrl_name) != _default(config, comlrl_name)
+    if current != _default(config, name):
+        if not comlrl_given or current == value:
+            return
+        raise ValueError(
+            f"MAGRPOConfig: {comlrl_name}={getattr(config, comlrl_name)!r} (CoMLRL) sets {name}={value!r}, but "
+            f"{name}={current!r} is also given. Pass one of them."
+        )
+    setattr(config, name, value)
+
+
+def _parallel_mode(value) -> str:
+    """CoMLRL's normalisation: None, "" and "null" are "none"; case and spaces do not matter."""
+    mode = str(value or "none").strip().lower()
+    return "none" if mode == "null" else mode
+
+
+def check_comlrl_values(config: MAGRPOConfig) -> None:
+    """CoMLRL's own refusals of its names (its `MAGRPOConfig.__post_init__`)."""
+    for name, value in {"rollout_buffer_size": config.rollout_buffer_size, **config.comlrl_batch_sizes}.items():
+        if value < 1:
+            raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 1, got {value}.")
+    for name in ("eval_interval", "eval_num_samples", "reference_kl_coef"):
+        if not getattr(config, name) >= 0:
+            raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 0, got {getattr(config, name)}.")
+    if str(config.advantage_mode).lower() not in ADVANTAGE_MODES:
+        raise ValueError(
+            f"MAGRPOConfig: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
+            "it sets advantage_baseline (TRL face's name), where the peers' other baselines are."
+        )
+    if str(config.joint_mode).strip().lower() not in JOINT_MODES:
+        raise ValueError(f"MAGRPOConfig: joint_mode={config.joint_mode!r} must be one of {list(JOINT_MODES)}.")
+    mode = _parallel_mode(config.parallel_training)
+    if mode not in PARALLEL_TRAINING:
+        raise ValueError(
+            f"MAGRPOConfig: parallel_training={config.parallel_training!r} (CoMLRL) must be one of "
+            f"{list(PARALLEL_TRAINING)} (or None/'null' for 'none')."
+        )
+    if mode == "mp" and config.agent_devices is None:
+        raise ValueError("MAGRPOConfig: parallel_training='mp' (CoMLRL) needs agent_devices, as in CoMLRL.")
+    for name in ("agent_devices", "reference_devices"):
+        if getattr(config, name) is not None:
+            _check_one_device(name, getattr(config, name))
+
+
+def process_device() -> str:
+    """The device this process trains on: 'cpu' without an accelerator, else 'cuda:<LOCAL_RANK>'."""
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if has_accelerator() else "cpu"
+
+
+def _check_one_device(name: str, spec) -> None:
+    """CoMLRL places agents on devices; here each process holds the whole team on its one device. A spec that names
+    that device (or 'auto') is accepted, said once; any other is refused with how to use several devices."""
+    entries = [spec] if isinstance(spec, str) else list(spec)
+    here = process_device()
+    kind = here.split(":")[0]
+    if not entries:
+        raise ValueError(f"MAGRPOConfig: {name}={spec!r} (CoMLRL) must be a device, a non-empty list or 'auto'.")
+    if all(str(e).strip().lower() in ("auto", kind, here) for e in entries):
+        logger.info_once(
+            f"MAGRPOConfig: {name}={spec!r} (CoMLRL) names this process's device ({here}); every agent trains there, "
+            "as each process holds the whole team."
+        )
+        return
+    raise ValueError(
+        f"MAGRPOConfig: {name}={spec!r} (CoMLRL) places agents on devices other than this process's ({here}); here, "
+        f"use {LAUNCH}."
+    )
+
+
+def translate(config: MAGRPOConfig) -> None:
+    """Set the TRL fields that CoMLRL's names mean, before GRPOConfig derives the batch layout from them."""
+    check_comlrl_values(config)
+    config.joint_mode = JOINT_MODES[str(config.joint_mode).strip().lower()]
+    config.parallel_training = _parallel_mode(config.parallel_training)
+    _put(config, "learning_rate", float(config.agent_learning_rate), "agent_learning_rate")
+    _put(config, "advantage_baseline", ADVANTAGE_MODES[str(config.advantage_mode).lower()], "advantage_mode")
+    _put(config, "scale_rewards", "group" if config.advantage_normalization else "none", "advantage_normalization")
+    beta = float(config.reference_kl_coef) if config.reference_kl_enabled else 0.0
+    _put(config, "beta", beta, "reference_kl_enabled" if config.reference_kl_enabled else "reference_kl_coef")
+    if config.reference_kl_enabled:
+        logger.info_once(
+            f"MAGRPOConfig: reference_kl_enabled=True (CoMLRL) -> beta={config.beta}: TRL's KL term in the loss, "
+            "against each agent's frozen copy (CoMLRL subtracts it from the returns instead)."
+        )
+    k = config.num_generations
+    if not (isinstance(k, int) and k >= 2):
+        return  # the TRL face's check refuses num_generations, naming it
+    rows, given = config.comlrl_batch_sizes["eval_batch_size"] * k, "eval_batch_size" in config.given_batch_sizes
+    if config.per_device_eval_batch_size == _default(config, "per_device_eval_batch_size"):
+        config.per_device_eval_batch_size = rows
+    elif given and config.per_device_eval_batch_size != rows:
+        raise ValueError(
+            f"MAGRPOConfig: eval_batch_size={rows // k} (CoMLRL, prompts) sets per_device_eval_batch_size={rows}, but "
+            f"per_device_eval_batch_size={config.per_device_eval_batch_size} is also given. Pass one of them."
+        )
+    _rollout_buffer(config)
+    _eval_interval(config, int(config.eval_interval))
+
+
+def nodes_per_tree(num_generations: int, num_turns: int, joint_mode: str, num_agents: int) -> int:
+    """Nodes of one agent in a prompt's full tree: 1 + J + J**2 + ... over the turns, J joint answers per node."""
+    joint = len(joint_choices(num_agents, num_generations, joint_mode))
+    return sum(joint**t for t in range(num_turns))
+
+
+def _rollout_buffer(config: MAGRPOConfig) -> None:
+    """CoMLRL updates once its buffer holds `rollout_buffer_size` tree nodes of an agent, one optimizer step per
+    `train_batch_size` of them. Here a prompt's tree is never split: a generation takes the trees of
+    `rollout_buffer_size // nodes per tree` prompts (at least one), an optimizer step those of
+    `train_batch_size // nodes per tree`. With `num_turns=1` a tree is one node, and the counts are CoMLRL's."""
+    k, buffer = config.num_generations, int(config.rollout_buffer_size)
+    nodes = nodes_per_tree(k, config.num_turns, config.joint_mode, config.num_agents or 2)
+    per_generation = max(buffer // nodes, 1)
+    step_nodes = int(config.comlrl_batch_sizes["train_batch_size"])
+    per_step = min(max(step_nodes // nodes, 1), per_generation)
+    per_generation -= per_generation % per_step
+    rows = config.per_device_train_batch_size
+    if rows != _default(config, "per_device_train_batch_size"):  # TRL's layout given: it wins over CoMLRL's defaults
+        given = buffer != _default(config, "rollout_buffer_size") or "train_batch_size" in config.given_batch_sizes
+        if given and rows != per_step * k:
+            raise ValueError(
+                f"MAGRPOConfig: rollout_buffer_size={buffer} (CoMLRL) sets per_device_train_batch_size={per_step * k}, "
+                f"but per_device_train_batch_size={rows} is also given. Pass one of them."
+            )
+        return
+    config.per_device_train_batch_size = per_step * k
+    config.gradient_accumulation_steps = 1
+    config.steps_per_generation = per_generation // per_step
+    logger.info_once(
+        f"MAGRPOConfig: rollout_buffer_size={buffer}, train_batch_size={step_nodes} (CoMLRL, tree nodes; a prompt's "
+        f"tree has {nodes}) -> each generation takes {per_generation} prompt(s) per process and an optimizer step "
+        f"{per_step}: per_device_train_batch_size={per_step * k}, steps_per_generation={per_generation // per_step}."
+    )
+
+
+def _eval_interval(config: MAGRPOConfig, interval: int) -> None:
+    """CoMLRL evaluates every `interval` one-prompt steps, from the first; a step here takes several prompts. The
+    trainer turns evaluation off when there is no `eval_dataset`, as CoMLRL does."""
+    if interval <= 0:
+        config.eval_strategy = "no"
+        return
+    rows = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    prompts = max(rows * int(os.environ.get("WORLD_SIZE", "1")) // config.num_generations, 1)
+    config.eval_strategy, config.eval_steps, config.eval_on_start = "steps", max(round(interval / prompts), 1), True
+
+
+# CoMLRL's names that set one TRL field each, and the value they set it to
+SCALARS = {
+    "agent_learning_rate": ("learning_rate", lambda c: float(c.agent_learning_rate)),
+    "advantage_mode": ("advantage_baseline", lambda c: ADVANTAGE_MODES[str(c.advantage_mode).lower()]),
+    "advantage_normalization": ("scale_rewards", lambda c: "group" if c.advantage_normalization else "none"),
+    "reference_kl_enabled": ("beta", lambda c: float(c.reference_kl_coef) if c.reference_kl_enabled else 0.0),
+    "reference_kl_coef": ("beta", lambda c: float(c.reference_kl_coef) if c.reference_kl_enabled else 0.0),
+}
+
+
+def check_late_changes(config: MAGRPOConfig) -> MAGRPOConfig:
+    """The config to train with: a CoMLRL name set after the config was built takes effect (in a copy, which sets the
+    TRL field it means), or is refused when GRPOConfig derived the batch layout from it (`LAYOUT_NAMES`); never
+    ignored. `joint_mode`'s CoMLRL spellings are read as the core's."""
+    check_comlrl_values(config)
+    translated = vars(config).get("_translated", {})
+    changed = [name for name, value in comlrl_values(config).items() if translated.get(name) != value]
+    layout = [name for name in changed if name in LAYOUT_NAMES]
+    if layout:
+        raise ValueError(
+            f"MAGRPOConfig: {layout} (CoMLRL) set after the config was built: the batch layout and the evaluation "
+            "schedule are derived from them when it is built. Pass them to MAGRPOConfig(...) instead."
+        )
+    updated = copy.copy(config)  # the caller's config stays as it was: it may build another trainer
+    for name in changed:
+        if name in SCALARS:
+            trl_name, value = SCALARS[name]
+            setattr(updated, trl_name, value(config))
+    updated.joint_mode = JOINT_MODES[str(config.joint_mode).strip().lower()]
+    return updated
+
+
+def say_early_termination(config: MAGRPOConfig) -> None:
+    """With several turns and CoMLRL's default threshold, say once what the threshold does: with a reward that is
+    never negative, no branch reaches turn 2."""
+    default = MAGRPOConfig.__dataclass_fields__["early_termination_threshold"].default
+    if config.num_turns > 1 and config.early_termination_threshold == default:
+        logger.warning_once(
+            f"MAGRPOTrainer: num_turns={config.num_turns} with early_termination_threshold={default} (CoMLRL's "
+            f"default): after each turn, a node whose mean joint reward is above {default} is not expanded. With a "
+            "reward that is never negative no branch reaches turn 2. Set early_termination_threshold=None to run "
+            "every turn, or a value that only a good enough answer scores above."
+        )
