@@ -173,7 +173,8 @@ EDITS = [
     f"tests/{TEST_FILE}: `{IMPORT_LINE}` -> `{IMPORT_REPLACEMENT}` (the one text edit; both modes, so that both run "
     "the same file)",
     "tests/_trainer_under_test.py (new): stock: re-exports trl.GRPOConfig/GRPOTrainer; swapped: GRPOConfig = a "
-    "MAGRPOConfig subclass whose num_agents defaults to 1, GRPOTrainer = a MAGRPOTrainer subclass that passes "
+    "MAGRPOConfig subclass whose num_agents defaults to 1 (and, with --activation-checkpointing trl, whose "
+    "gradient_checkpointing defaults to True, GRPOConfig's), GRPOTrainer = a MAGRPOTrainer subclass that passes "
     "num_agents=1 when no args are given",
     f"run folder: `{ORG}/` links to the offline models and datasets (offline_assets.py), and the tests run from that "
     f"folder, so the ids `{ORG}/tiny-*` and `{ORG}/zen` resolve as local paths: no id is rewritten",
@@ -181,7 +182,7 @@ EDITS = [
     "_trl_contract_plugin.py (pytest_plugin.py: applies SKIPS, writes each outcome to JSON)",
     "skipped: " + "; ".join(f"{prefix}* ({reason})" for prefix, reason in SKIPS.items()),
     "environment: " + ", ".join(f"{k}={v}" for k, v in ENVIRONMENT.items()) + ", HF_HOME=WORKDIR/hf_home, "
-    "OMP_NUM_THREADS=1 unless set",
+    "OMP_NUM_THREADS=1 unless set, PYTHONPATH=this repo first (the swapped run tests this checkout's trl_multiagent)",
     "helpers: an `is_X_available` that a copied file imports from trl.import_utils and the installed TRL lacks "
     "(with TRL 1.16: testing_utils.py's is_joblib_available) is removed from that import and defined in the file as "
     "`importlib.util.find_spec('X') is not None` (printed when made, recorded in MODE.json)",
