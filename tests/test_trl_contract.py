@@ -67,3 +67,45 @@ def test_trl_grpo_tests_swapped_ci_subset_each_with_its_outcome(tmp_path):
         assert summary["unlisted"] == [] and summary["ci_mismatches"] == [], output
         outcomes = summary["outcomes"]["swapped"]
         assert {test_id: outcomes.get(test_id) for test_id in stated} == stated, output
+
+
+def test_the_harness_compares_where_each_test_fails_not_only_whether(tmp_path):
+    """`--from-results` on a swapped run against a stock record: the same test failing at another line of TRL's file
+    is another failure (`elsewhere`), which the list must name as such; failing at the same place is `stock`; passing
+    here where stock fails is `stock-only`, also to be explained. Unexplained ones fail the run (exit 1)."""
+    if not (TRL_TESTS / "test_grpo_trainer.py").exists():
+        pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
+    import trl
+
+    def failed(line):
+        return {"outcome": "failed", "failure": {"when": "call", "exception": "AssertionError", "test_line": line}}
+
+    file = "test_grpo_trainer.py::TestGRPOTrainer::"
+    stock = {f"{file}moved": failed(1880), f"{file}same": failed(1880), f"{file}fixed": failed(900)}
+    record = tmp_path / "stock.json"
+    record.write_text(json.dumps({"versions": {"trl": trl.__version__}, "tests": stock}))
+    swapped = {f"{file}moved": failed(1867), f"{file}same": failed(1880), f"{file}fixed": {"outcome": "passed"}}
+    counts = dict(total=3, ran=3, passed=1, failed=2, error=0, skipped=0, xfailed=0, xpassed=0)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "swapped.json").write_text(
+        json.dumps({"mode": "swapped", "command": None, "wall_seconds": 1, "counts": counts, "tests": swapped})
+    )
+
+    def compare(listed: str) -> tuple[int, dict, str]:
+        expected = tmp_path / "expected.txt"
+        expected.write_text(listed)
+        command = [sys.executable, str(HARNESS), str(TRL_TESTS), "--mode", "swapped", "--from-results",
+                   "--workdir", str(tmp_path), "--stock-record", str(record), "--expected", str(expected)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        return done.returncode, json.loads((tmp_path / "results" / "summary.json").read_text()), done.stdout
+
+    code, summary, output = compare("[stock: same]\n" + f"{file}moved -- r\n{file}same -- r\n")
+    assert code == 1 and summary["elsewhere"] == [f"{file}moved"] and summary["stock"] == [f"{file}same"]
+    assert summary["stock-only"] == [f"{file}fixed"]
+    assert sorted(summary["unlisted"]) == [f"{file}fixed", f"{file}moved"] and summary["drift"] == [f"{file}moved"]
+    assert "stock: AssertionError at line 1880; swapped: AssertionError at line 1867" in output
+    code, summary, _ = compare(
+        f"[stock: same]\n{file}same -- r\n[elsewhere: moved]\n{file}moved -- r\n[stock-only: fixed]\n{file}fixed -- r\n"
+    )
+    assert code == 0 and summary["unlisted"] == [] and summary["drift"] == []

@@ -408,6 +408,7 @@ def compare(stock_tests: dict[str, dict] | None, swapped_tests: dict[str, dict],
     stock_tests = stock_tests or {}
     report: dict = {kind: [] for kind in (*KINDS, "unrecorded")}
     report.update(unlisted=[], drift=[])
+    report["without_stock_outcome"] = sorted(set(swapped_tests) - set(stock_tests))
     for test_id, entry in sorted(swapped_tests.items()):
         kind = classify(stock_tests.get(test_id), entry)
         listed = expected.get(test_id, {}).get("kind")
@@ -452,6 +453,10 @@ def print_report(results: dict[str, dict], stock_tests: dict | None, report: dic
             where = f"stock: {place(stock_tests.get(test_id)) or '-'}; swapped: {place(swapped[test_id]) or '-'}"
             why = f"[{entry['kind']}: {entry['cause']}] {entry['reason']}" if entry else "NOT IN THE LIST"
             say(f"    {test_id}  ({where})  {why}")
+    if report["without_stock_outcome"]:
+        say(
+            f"swapped tests with no stock outcome to compare with (not in the record): {len(report['without_stock_outcome'])}"
+        )
     if report["drift"]:
         say(f"listed under another kind than what happened (move or prune them in the list): {len(report['drift'])}")
         for test_id in report["drift"]:
