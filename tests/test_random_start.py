@@ -14,6 +14,7 @@ from datasets import Dataset
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
 from trl_multiagent.demo.testing import make_model, make_tool_tokenizer
 from trl_multiagent.generation import TransformersGenerator
+from trl_multiagent.trees import read_step, step_files
 
 
 class Deal:
@@ -63,7 +64,7 @@ def test_each_joint_action_prompts_with_its_own_worlds_observation_and_a_seeded_
         args=MAGRPOConfig(
             output_dir=str(tmp_path), num_generations=k, per_device_train_batch_size=2 * k, max_completion_length=8,
             max_steps=1, logging_steps=1, report_to="none", save_strategy="no", shuffle_dataset=False, seed=0,
-            learning_rate=0.1, early_termination_threshold=None, use_cpu=True,
+            learning_rate=0.1, early_termination_threshold=None, use_cpu=True, log_rollout_trees=True,
         ),
     )  # fmt: skip
     before = [p.detach().clone() for p in trainer.team.agent(0).parameters()]
@@ -88,6 +89,17 @@ def test_each_joint_action_prompts_with_its_own_worlds_observation_and_a_seeded_
         ]
         trained = [(tokenizer.decode(p), tuple(c.tolist())) for p, c in zip(prompts, completions, strict=True)]
         assert sorted(trained) == sorted(written[agent])
+    # the recorded tree (log_rollout_trees): each completion's own prompt where the joint actions' prompts differ
+    (document,) = [read_step(path) for path in step_files(trainer.args.output_dir).values()]
+    for recorded, node in zip(document["prompts"], tree.nodes, strict=True):
+        for agent, entry in enumerate(recorded["nodes"][0]["agents"]):
+            own = [c.get("prompt") for c in entry["completions"]]
+            if seeded:
+                assert own == [None] * k and entry["prompt"].endswith(node.prompts[agent][-1]["content"])
+            else:
+                assert [p.rsplit("user: ", 1)[-1] for p in own] == [
+                    node.prompt(agent, c)[-1]["content"] for c in range(k)
+                ]
     # one batched call per agent: K prompts x 1 sample (unseeded), or 1 prompt x K samples (seeded)
     assert sampled == ([(0, 2, k), (1, 2, k)] if seeded else [(0, 2 * k, 1), (1, 2 * k, 1)])
     log = trainer.state.log_history[0]
