@@ -492,7 +492,14 @@ def write_stock_record(path: Path, stock: dict, tested: dict, tests_dir: Path, o
     record.update(
         versions={k: tested.get(k) for k in ("trl", "transformers", "torch", "datasets", "peft")},
         test_file=origin or str(tests_dir),
-        recorded=time.strftime("%Y-%m-%d"),
+    )
+    # what each recording ran: a whole-file run, or a selection (`-- -k ...`, a subset, a run cut short)
+    record.setdefault("runs", []).append(
+        {
+            "recorded": time.strftime("%Y-%m-%d"),
+            "command": stock.get("command") or "--from-results: the tests an unfinished run had done",
+            "tests": len(stock["tests"]),
+        }
     )
     for test_id, entry in stock["tests"].items():
         kept = {"outcome": entry["outcome"]}
