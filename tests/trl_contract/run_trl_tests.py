@@ -604,6 +604,8 @@ def main(argv: list[str]) -> int:
     selection = [f"tests/{i}" for i in selection_ids] if selection_ids else [f"tests/{TEST_FILE}"]
 
     tested = versions()  # before the runs: trl_multiagent's files may change while they go on
+    # swapped alone compares with the recorded stock run: refused before any run when it is missing or stale
+    stock_record = read_stock_record(args.stock_record, tested) if args.mode == "swapped" else None
     if not args.from_results:
         assets_root = build_assets(workdir / "assets", scripts_dir, rebuild=args.rebuild_assets)
     modes = ["stock", "swapped"] if args.mode == "both" else [args.mode]
@@ -652,9 +654,8 @@ def main(argv: list[str]) -> int:
     # the stock side: this run's, else the record's (swapped alone)
     if "stock" in results:
         stock_tests, stock_source = results["stock"]["tests"], "this run"
-    elif "swapped" in results:
-        stock_tests = read_stock_record(args.stock_record, tested)["tests"]
-        stock_source = str(args.stock_record)
+    elif stock_record is not None:
+        stock_tests, stock_source = stock_record["tests"], str(args.stock_record)
     else:
         stock_tests, stock_source = None, None
     report = compare(stock_tests, results["swapped"]["tests"], expected) if "swapped" in results else {}
