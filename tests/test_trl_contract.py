@@ -31,7 +31,7 @@ def stated_outcomes() -> dict[str, str]:
     return {words[1]: words[0] for words in lines if words}
 
 
-@pytest.mark.slow  # about 5 minutes on 2 cores (and the offline models' first build): CI's slow stage runs it
+@pytest.mark.slow  # two harness runs at once (and the offline models' first build): CI's slow stage runs it
 def test_trl_grpo_tests_swapped_ci_subset_each_with_its_outcome(tmp_path):
     if not (TRL_TESTS / "test_grpo_trainer.py").exists():
         pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
