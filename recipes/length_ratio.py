@@ -262,6 +262,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
             transition=f"{examples}:{'chat_length_feedback' if chat else 'length_feedback'}",
             prompts=f"{examples}:HELD_OUT_PROMPTS",
             prompt_format=script_args.prompt_format,
+            initial_models=[model_args.model_name_or_path] * training_args.num_agents,  # the untrained row
         )
         print(f"Saved {training_args.num_agents} agents under {training_args.output_dir}/agent_*/")
         print(f"Evaluation task: {task_file} (python -m trl_multiagent.evaluation {training_args.output_dir})")

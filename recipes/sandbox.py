@@ -156,7 +156,8 @@ def sandbox_backend(backend: str | None = None) -> str:
     missing = [tool for tool in (backend, "prlimit") if shutil.which(tool) is None]
     if missing:
         hint = (
-            "Install bubblewrap (Debian/Ubuntu: `apt-get install -y bubblewrap`; Fedora: `dnf install bubblewrap`). "
+            "Install bubblewrap and util-linux (Debian/Ubuntu: `apt-get install -y bubblewrap util-linux`; Fedora: "
+            "`dnf install bubblewrap util-linux`). "
             "`MAGRPO_SANDBOX=unshare` selects a weaker fallback (network, environment and process isolation only; "
             "the code can write wherever the trainer's user can)."
             if backend == "bwrap"

@@ -33,7 +33,7 @@ def make_trainer(tmp_path, tokenizer, shared=False, prompts=SEED_PROMPTS, callba
     team = (
         {"model": make_model(tokenizer, seed=0), "num_agents": 2, "peft_config": LoraConfig(**LORA)}
         if shared
-        else {"agents": [make_model(tokenizer, seed=i) for i in range(2)]}
+        else {"model": [make_model(tokenizer, seed=i) for i in range(2)]}
     )
     return MAGRPOTrainer(
         **team, processing_class=tokenizer, reward_funcs=length_ratio_reward, external_transition=length_feedback,

@@ -81,8 +81,9 @@ def assert_ranks_identical_and_saved(output_dir, info, weights, num_agents=2):
 
     assert info["num_processes"] == 2
     assert_same(weights[0], weights[1], rtol=0, atol=0)
-    for i in range(num_agents):
-        loaded = AutoModelForCausalLM.from_pretrained(os.path.join(output_dir, "final", f"agent_{i}"))
+    for i in range(num_agents):  # one agent is saved as GRPOTrainer saves its model, into the folder itself
+        folder = os.path.join(output_dir, "final", *([f"agent_{i}"] if num_agents > 1 else []))
+        loaded = AutoModelForCausalLM.from_pretrained(folder)
         for name, p in loaded.named_parameters():
             torch.testing.assert_close(p, weights[0][f"{i}.{name}"], msg=name)
 
@@ -215,7 +216,7 @@ def test_deepspeed_zero_matches_ddp(tmp_path, stage, ddp_reference):
 def test_one_agent_is_the_wrapped_model_under_ddp_and_zero3(tmp_path):
     """A team of one: the Trainer's model is the agent itself (GRPOTrainer's layout), so DDP and the ZeRO-3 engine wrap
     the agent, not the team. Both ranks train it identically and it moves; ZeRO-3 reaches DDP's weights, and its saved
-    `agent_0/` (written from the gathered state dict, whose keys are the agent's own) loads to them."""
+    folder (written from the gathered state dict, whose keys are the agent's own) loads to them."""
     pytest.importorskip("deepspeed")
     info, ddp = finished(tmp_path / "ddp", "--max_steps", 2, "--one_agent")
     assert_ranks_identical_and_saved(tmp_path / "ddp", info, ddp, num_agents=1)
@@ -227,6 +228,44 @@ def test_one_agent_is_the_wrapped_model_under_ddp_and_zero3(tmp_path):
     assert info["distributed_type"] == "DistributedType.DEEPSPEED"
     assert_ranks_identical_and_saved(tmp_path / "zero3", info, zero3, num_agents=1)
     assert_same(zero3[0], ddp[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_trained_adapters_reference_under_zero3_is_its_frozen_copy(tmp_path):
+    """One PEFT model with a trained adapter, beta > 0: under ZeRO-3 as under DDP its reference is the frozen copy of
+    the adapter ("ref"): KL 0 at the first step, the same weights after two, the copy still the adapter it arrived
+    with while the adapter moved, and the saved adapter (from the gathered state dict) the trained one, without the
+    copy. Resumed from the first step's checkpoint, the run ends on the same weights, its copy still the adapter it
+    arrived with."""
+    pytest.importorskip("deepspeed")
+    from safetensors.torch import load_file
+
+    from trl_multiagent.demo.testing import with_trained_adapter
+
+    common = ("--max_steps", 2, "--one_agent", "--trained_adapter", "--beta", 0.1)
+    zero3_args = ("--deepspeed", os.path.join(DS_CONFIGS, "ds_zero3.json"), "--save_steps", 1)
+    ddp_info, ddp = finished(tmp_path / "ddp", *common)
+    info, zero3 = finished(tmp_path / "zero3", *common, *zero3_args)
+    assert info["distributed_type"] == "DistributedType.DEEPSPEED"
+    for run in (ddp_info, info):
+        assert [h["kl"] for h in run["log_history"] if "kl" in h][0] == 0.0
+    assert_same(zero3[0], zero3[1], rtol=0, atol=0)
+    assert_same(zero3[0], ddp[0], rtol=1e-5, atol=1e-5)  # as the shared-base LoRA runs: summation order, ~1e-6
+    checkpoint = tmp_path / "zero3" / "checkpoint-1"
+    assert not (checkpoint / "ref").exists() and not any(
+        ".ref." in k for k in load_file(checkpoint / "adapter_model.safetensors")
+    )
+    _, resumed = finished(tmp_path / "resumed", *common, *zero3_args, "--resume", checkpoint)
+    assert_same(resumed[0], zero3[0], rtol=1e-5, atol=1e-6)
+    start = dict(with_trained_adapter(make_model(make_tokenizer(), seed=0)).named_parameters())
+    adapter = [name for name in start if ".default." in name]
+    for name in adapter:
+        torch.testing.assert_close(zero3[0][f"0.{name.replace('.default.', '.ref.')}"], start[name], rtol=0, atol=0)
+    assert sum(not torch.allclose(zero3[0][f"0.{name}"], start[name]) for name in adapter) > len(adapter) // 2
+    saved = load_file(tmp_path / "zero3" / "final" / "adapter_model.safetensors")
+    assert sorted(saved) == sorted(name.replace(".default.", ".") for name in adapter)
+    for name in adapter:
+        torch.testing.assert_close(saved[name.replace(".default.", ".")], zero3[0][f"0.{name}"], rtol=0, atol=0)
 
 
 @pytest.mark.slow

@@ -202,7 +202,7 @@ def test_role_swap_equals_the_team_with_its_agents_reversed(tmp_path, tokenizer,
         train_lora_team(team_dir, tiny_model_dir, tokenizer, tmp_path)
     swapped_copy(team_dir, reversed_dir)
     assert ev.find_team(str(team_dir)).kind == kind
-    settings = dict(num_turns=2, num_generations=2, max_new_tokens=8, best_of_n=False, progress=False)
+    settings = dict(num_turns=2, num_generations=2, max_new_tokens=8, best_of_n=False, untrained=False, progress=False)
     settings["greedy"] = kind == "shared_lora"  # one decoding each: sampling (same seed) and greedy
     task = dict(reward=length_ratio_reward, transition=length_feedback, prompts=EVAL_PROMPTS)
     ours = ev.evaluate_team(str(team_dir), **task, **settings)
@@ -231,6 +231,70 @@ def test_rotation_by_one_for_three_agents(tmp_path, tokenizer):
     assert result["runs"]["role_swap"]["seats"] == [1, 2, 0]
 
 
+def seat_weighted(completions1, completions2):
+    """A reward that tells texts and seats apart: the character codes of the first answer plus twice the second's."""
+    return [float(sum(map(ord, a)) + 2 * sum(map(ord, b))) for a, b in zip(completions1, completions2, strict=True)]
+
+
+def test_the_untrained_row_runs_the_initial_models_a_full_weight_team_records(tmp_path, tokenizer):
+    """The task file's initial_models, here the team's own two models in reversed order: the untrained row must then
+    give exactly the role swap's values (same models, same seats, same seed), and differ from the team's."""
+    save_full_team(tmp_path / "team", tokenizer, seeds=[0, 1])
+    initial = [str(tmp_path / "initial" / name) for name in ("was_agent_1", "was_agent_0")]
+    shutil.copytree(tmp_path / "team" / "agent_1", initial[0])
+    shutil.copytree(tmp_path / "team" / "agent_0", initial[1])
+    task_file = ev.write_task_file(
+        tmp_path / "team", reward="conftest:length_ratio_reward", prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS",
+        initial_models=initial,
+    )  # fmt: skip
+    result = ev.evaluate_team(
+        str(tmp_path / "team"), reward=seat_weighted, prompts=EVAL_PROMPTS, num_turns=1, num_generations=2,
+        max_new_tokens=8, best_of_n=False, progress=False,
+    )  # fmt: skip
+    untrained, swap, team = (result["runs"][name] for name in ("untrained", "role_swap", "team"))
+    assert list(result["runs"]) == ["team", "untrained", "role_swap"]
+    assert untrained["models"] == initial and untrained["seats"] == [0, 1]
+    assert untrained["untrained"] == f"the models training started from ({task_file}'s initial_models)"
+    assert untrained["per_prompt"] == swap["per_prompt"] != team["per_prompt"]
+    assert untrained["turns"]["1"]["n"] == len(EVAL_PROMPTS) and untrained["turns"]["1"]["half_width"] > 0
+    text = ev.report_text(result)
+    mean = untrained["turns"]["1"]
+    assert f"| untrained: initial models | 0 1 | 1 | {mean['mean']:.3f} | {mean['half_width']:.3f} |" in text
+    assert f"Untrained: the models training started from ({task_file}'s initial_models)" in text
+    # without initial_models, no row, and the report says why
+    os.remove(task_file)
+    result = ev.evaluate_team(
+        str(tmp_path / "team"), reward=length_ratio_reward, prompts=EVAL_PROMPTS[:2], num_turns=1, greedy=True,
+        max_new_tokens=2, best_of_n=False, role_swap=False, progress=False,
+    )  # fmt: skip
+    assert list(result["runs"]) == ["team"]
+    assert "Untrained: no untrained row: the agents are full weights and no initial_models" in ev.report_text(result)
+
+
+def test_the_untrained_row_of_adapters_is_their_base_alone(tmp_path, tokenizer, tiny_model_dir):
+    """Adapters saved before any step (LoRA's B is zero): the base alone answers exactly as the team does."""
+    from peft import LoraConfig
+
+    args = MAGRPOConfig(
+        output_dir=str(tmp_path / "run"), num_generations=2, per_device_train_batch_size=2, max_new_tokens=4,
+        report_to="none", save_strategy="no",
+    )  # fmt: skip
+    trainer = MAGRPOTrainer(
+        model=tiny_model_dir, num_agents=2, processing_class=tokenizer, peft_config=LoraConfig(r=4, target_modules="all-linear"),
+        reward_funcs=length_ratio_reward, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
+    )  # fmt: skip
+    trainer.save_model(str(tmp_path / "out"))
+    result = ev.evaluate_team(
+        str(tmp_path / "out"), reward=length_ratio_reward, prompts=EVAL_PROMPTS, num_turns=1, num_generations=2,
+        max_new_tokens=6, best_of_n=False, role_swap=False, progress=False,
+    )  # fmt: skip
+    untrained, team = result["runs"]["untrained"], result["runs"]["team"]
+    assert untrained["models"] == [tiny_model_dir, tiny_model_dir] and result["team"]["kind"] == "shared_lora"
+    assert untrained["untrained"] == "the adapters' base without the adapters"
+    assert untrained["per_prompt"] == team["per_prompt"] and untrained["sampled_tokens"] == team["sampled_tokens"]
+    assert "| untrained: base, no adapters | 0 1 | 1 |" in ev.report_text(result)
+
+
 # --- errors name the flag or value ------------------------------------------------------------------------------------
 
 
@@ -257,7 +321,10 @@ def test_errors_name_the_flag_or_value(tmp_path, tokenizer, capsys):
     code, err = run_main([str(three), "--reward", "json:loads"], capsys)
     assert code == 2 and "(--prompts not given" in err and "evaluation_task.json" in err, err
     # three agents, but the task file's reward (the main job's) scores two
-    ev.write_task_file(three, reward=f"{EXAMPLES}:length_ratio_reward", prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS")
+    ev.write_task_file(
+        three, reward=f"{EXAMPLES}:length_ratio_reward", transition=f"{EXAMPLES}:length_feedback",
+        prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS",
+    )  # fmt: skip
     code, err = run_main([str(three)], capsys)
     assert code == 2 and "--reward" in err and "scores 2 agents" in err and "3 agent folders" in err
     for spec, says in [
@@ -273,6 +340,45 @@ def test_errors_name_the_flag_or_value(tmp_path, tokenizer, capsys):
     with pytest.raises(SystemExit):  # argparse, allow_abbrev=False: a shortened flag is refused
         ev.main([str(three), "--num_turn", "1"])
     assert "unrecognized arguments: --num_turn" in capsys.readouterr().err
+
+
+def test_every_argument_is_checked_before_a_task_module_is_imported(tmp_path, tokenizer, capsys, monkeypatch):
+    """`--reward module:function` imports the module, which runs its top-level code (a training script without a
+    __main__ guard would train). Here that code writes a file: each wrong argument must stop the command first."""
+    team = tmp_path / "team"
+    for i in range(2):
+        (team / f"agent_{i}").mkdir(parents=True)
+        (team / f"agent_{i}" / "config.json").write_text("{}")
+        tokenizer.save_pretrained(team / f"agent_{i}")
+    code_dir, imported = tmp_path / "code", tmp_path / "imported.txt"
+    code_dir.mkdir()
+    (code_dir / "runs_when_imported.py").write_text(
+        f"open({str(imported)!r}, 'w').write('top-level code ran')\n\n"
+        "def three_agent_reward(completions1, completions2, completions3):\n    return [0.0] * len(completions1)\n"
+    )
+    monkeypatch.syspath_prepend(str(code_dir))
+    reward = ["--reward", "runs_when_imported:three_agent_reward"]
+    (tmp_path / "a_file").write_text("")
+    prompts = tmp_path / "held_out.jsonl"
+    prompts.write_text('"a prompt"\n')
+    for args, says in [
+        (
+            ["--prompts", str(tmp_path / "missing.jsonl")],
+            f"--prompts {str(tmp_path / 'missing.jsonl')!r}: no such file",
+        ),
+        (["--prompts", "no_colon"], "--prompts 'no_colon': expected `module:attribute`"),
+        (["--prompts", str(prompts), "--transition", "no_colon"], "--transition 'no_colon': expected"),
+        (["--prompts", str(prompts), "--num_turns", "2"], "--num_turns 2 needs --transition"),
+        (["--prompts", str(prompts), "--num_turns", "1", "--initial_models", "a", "b", "c"], "3 initial models"),
+        (["--prompts", str(prompts), "--out", str(tmp_path / "a_file")], "is a file"),
+        (["--prompts", str(prompts), "--single_agent", "5"], "--single_agent 5"),
+    ]:
+        code, err = run_main([str(team), *reward, *args], capsys)
+        assert code == 2 and says in err, (args, err)
+        assert not imported.exists(), args
+    # the control: with every argument right, the module is imported (and its reward then refused: 3 agents, 2 seats)
+    code, err = run_main([str(team), *reward, "--prompts", str(prompts), "--num_turns", "1"], capsys)
+    assert code == 2 and "scores 3 agents" in err and imported.read_text() == "top-level code ran"
 
 
 def test_the_task_comes_from_the_flags_else_the_run_folders_file(tmp_path):
@@ -330,7 +436,11 @@ def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir
     assert result["team"]["kind"] == "shared_lora" and result["task"]["num_prompts"] == len(EVAL_PROMPTS)
     assert result["task"]["task_file"] == task_file and result["task"]["prompts"] == str(prompts)
     assert result["task"]["transition"] == f"{EXAMPLES}:length_feedback"
-    assert set(result["runs"]) == {"team", "role_swap", "best_of_n"}
+    assert list(result["runs"]) == ["team", "untrained", "role_swap", "best_of_n"]
+    # untrained: the base alone in both seats; training (and agent 1's pushed adapter) changed the answers
+    untrained = result["runs"]["untrained"]
+    assert untrained["models"] == [tiny_model_dir, tiny_model_dir]
+    assert untrained["per_prompt"] != result["runs"]["team"]["per_prompt"]
     for run in result["runs"].values():
         assert set(run["turns"]) == {"1", "2"}
         for turn, interval in run["turns"].items():
@@ -352,6 +462,8 @@ def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir
     assert f"| team | 0 1 | 2 | {team_turn_2['mean']:.3f} | {team_turn_2['half_width']:.3f} |" in table
     assert f"| best-of-{best['N']}, agent 0 alone | 0 0 | 1 |" in table
     assert "| role swap | 1 0 | 1 |" in table
+    untrained_turn_1 = untrained["turns"]["1"]
+    assert f"| untrained: base, no adapters | 0 1 | 1 | {untrained_turn_1['mean']:.3f} |" in table
     assert f"| team | 0 1 | 2 | {team_turn_2['mean']:.3f} |" in done.stdout  # the table is printed too
 
 

@@ -136,8 +136,14 @@ def test_an_adapter_on_the_embedded_model_records_its_hub_id(tmp_path, tiny_mode
         card = (tmp_path / "embedded" / f"agent_{i}" / "README.md").read_text()
         assert f"base_model: {models.HUB_ID}" in card and f"# Agent {i} of a 2-agent team" in card
         assert "More Information Needed" not in card and str(tmp_path) not in card
+    # the card PEFT writes beside the agents' folders: the Hub id too, no cache folder
+    card = (tmp_path / "embedded" / "README.md").read_text()
+    assert f"base_model: {models.HUB_ID}" in card and f"base_model:adapter:{models.HUB_ID}" in card
+    assert str(tmp_path) not in card
     # any other local folder stays as it was given
     adapters = _save_lora_team(tiny_model_dir, tmp_path / "other")
     assert [a["base_model_name_or_path"] for a in adapters] == [tiny_model_dir] * 2
     card = (tmp_path / "other" / "agent_0" / "README.md").read_text()
     assert "base_model:" not in card and tiny_model_dir not in card  # a local path means nothing elsewhere
+    card = (tmp_path / "other" / "README.md").read_text()
+    assert "base_model" not in card and tiny_model_dir not in card

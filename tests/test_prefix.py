@@ -271,3 +271,21 @@ def test_training_step_with_shared_prompts_equals_plain_step(tmp_path, tokenizer
             torch.testing.assert_close(shared[name], step, rtol=1e-3, atol=1e-6, msg=name)
             moved += int(step.abs().sum() > 0)
     assert moved > 20
+
+
+def test_generation_turns_checkpointing_back_on_with_the_configs_kwargs(tmp_path, tokenizer):
+    """Generation runs with activation checkpointing off, then turns it back on with `gradient_checkpointing_kwargs`,
+    here reentrant (transformers' default is not): TRL 1.15's unwrap helper would turn it back on without them."""
+    checkpointing = {"use_reentrant": True}
+    args = MAGRPOConfig(
+        output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_new_tokens=4,
+        report_to="none", gradient_checkpointing=True, gradient_checkpointing_kwargs=checkpointing,
+    )  # fmt: skip
+    trainer = MAGRPOTrainer(
+        model=[make_model(tokenizer, seed=s) for s in (1, 2)], processing_class=tokenizer, reward_funcs=length_ratio_reward,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}), args=args,
+    )  # fmt: skip
+    trainer.team.gradient_checkpointing_enable(checkpointing)  # as `Trainer.train` does, with the config's kwargs
+    tree = trainer.rollout([{"prompt": SEED_PROMPTS[0]}], 2)
+    assert [len(completions) for completions in tree.nodes[0].completions] == [2, 2]  # both agents generated
+    assert trainer.team.is_gradient_checkpointing and uses_reentrant_checkpointing(trainer.team)

@@ -68,8 +68,10 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
   `forward(..., labels=..., fused_lm_head=True)` returns `log_probs` and `entropy` per token; the patch wraps the
   original forward in a closure, so a deep copy (the reference agents) drops it and is patched again
   (team/assembly.py, `add_fused_heads`).
-- `_unwrap_model_for_generation` (`trl.models.utils`) -- generation/hf.py -- signature; outside ZeRO-3 it yields the
-  unwrapped model (the team), with activation checkpointing off inside and back on after.
+- `_unwrap_model_for_generation` (`trl.models.utils`) -- generation/hf.py -- signature `(model, accelerator,
+  gather_deepspeed3_params, ...)` (1.16 adds `gradient_checkpointing_kwargs`, which the package does not pass: it
+  turns checkpointing off itself with `disable_gradient_checkpointing`, since 1.15 turns it back on without the
+  kwargs); outside ZeRO-3 it yields the unwrapped model (the team), and leaves a team without checkpointing as it is.
 - `disable_gradient_checkpointing`, `add_hooks`, `remove_hooks`, `prepare_deepspeed`, `pad`, `ensure_master_addr_port`
   (undocumented helpers of `trl.models.utils` and `trl.trainer.utils`) -- trainer.py, generation/hf.py,
   team/assembly.py, update/batching.py, generation/vllm_settings.py -- signatures.
@@ -112,6 +114,10 @@ PEFT
   after `set_adapter(name)`); assigning `[name]` routes the layer through adapter `name`, as `set_adapter` does, but
   changes no `requires_grad` (every agent's adapter stays trainable). With it the package sets the tuner's plain
   `active_adapter` attribute, which `PeftModel.active_adapters` reads.
+- `AuxiliaryTrainingWrapper._active_adapter` (`peft.utils.other`) -- team/agent_team.py (`_point_adapters`, `reference`)
+  -- a `modules_to_save` wrapper holds its active adapter's name (a string, after `set_adapter`); assigning another
+  name routes the module through that adapter's copy (`modules_to_save[name]`, as `add_adapter` makes it), its
+  `weight` included, and changes no `requires_grad`: the frozen "ref" copy of an adapter runs without training it.
 
 vLLM (tests marked `vllm`; one in-process engine, `VLLM_ENABLE_V1_MULTIPROCESSING=0`, as the colocate backend builds it)
 
@@ -310,7 +316,7 @@ def trained(tmp_path_factory):
 
 
 def test_versions_in_tested_range():
-    assert Version("1.16") <= Version(trl.__version__) < Version("1.17"), trl.__version__
+    assert Version("1.15") <= Version(trl.__version__) < Version("1.17"), trl.__version__
     assert Version(transformers.__version__).major == 5, transformers.__version__
 
 
@@ -651,18 +657,19 @@ def test_fused_head_is_a_forward_attribute_that_del_removes(tmp_path):
 def test_unwrap_model_for_generation_yields_the_team_without_checkpointing(tmp_path):
     from trl_multiagent.team.agent_team import AgentTeam
 
-    assert params(_unwrap_model_for_generation) == [
-        "model", "accelerator", "gather_deepspeed3_params", "gradient_checkpointing_kwargs",
-    ]  # fmt: skip
+    assert params(_unwrap_model_for_generation)[:3] == ["model", "accelerator", "gather_deepspeed3_params"]
     accelerator = grpo_trainer(tmp_path).accelerator
     team = AgentTeam([make_model(make_tokenizer())])
     team.gradient_checkpointing_enable({"use_reentrant": False})
-    with _unwrap_model_for_generation(
-        team, accelerator, gather_deepspeed3_params=False, gradient_checkpointing_kwargs={"use_reentrant": False}
-    ) as unwrapped:
+    with (
+        disable_gradient_checkpointing(team, {"use_reentrant": False}),  # as generation/hf.py does, first
+        _unwrap_model_for_generation(team, accelerator, gather_deepspeed3_params=False) as unwrapped,
+    ):
         assert unwrapped is team
         assert not team.is_gradient_checkpointing
     assert team.is_gradient_checkpointing
+    functions = [layer._gradient_checkpointing_func for layer in checkpointed_layers(team)]
+    assert functions and all(f.keywords.get("use_reentrant") is False for f in functions)  # the kwargs kept
 
 
 @contract("trl", *("disable_gradient_checkpointing", "add_hooks", "remove_hooks", "prepare_deepspeed", "pad",
@@ -844,6 +851,34 @@ def test_active_adapter_routes_each_layer_without_touching_requires_grad():
     assert all(layer._active_adapter == ["agent_0"] for layer in layers)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, outputs["agent_0"])
+
+
+@contract("peft", "AuxiliaryTrainingWrapper._active_adapter", used_in="team/agent_team.py")
+def test_a_modules_to_save_wrapper_runs_the_copy_it_is_pointed_to_without_touching_requires_grad():
+    from peft import LoraConfig, get_peft_model
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["lm_head"], init_lora_weights=False)
+    model = get_peft_model(make_model(make_tokenizer()), config)
+    model.add_adapter("ref", config)
+    wrappers = [m for m in model.modules() if isinstance(m, AuxiliaryTrainingWrapper)]
+    (head,) = wrappers
+    assert head._active_adapter == "default" and set(head.modules_to_save) == {"default", "ref"}
+    with torch.no_grad():
+        head.modules_to_save["ref"].weight.mul_(2.0)
+    requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        policy = model(input_ids=ids).logits
+        head._active_adapter = "ref"  # as `_point_adapters`
+        assert head.weight is head.modules_to_save["ref"].weight  # what the fused log-prob head reads
+        pointed = model.get_base_model().lm_head(torch.ones(1, head.in_features))
+        expected = torch.ones(1, head.in_features) @ head.modules_to_save["ref"].weight.T
+        torch.testing.assert_close(pointed, expected)
+        head._active_adapter = "default"
+        torch.testing.assert_close(model(input_ids=ids).logits, policy)
+    assert {name: p.requires_grad for name, p in model.named_parameters()} == requires_grad
 
 
 # ====================================================================== torch

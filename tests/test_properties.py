@@ -52,7 +52,7 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
     for node in tree.nodes:
         assert len(node.joint_actions) == per_node
         mean = sum(tree.joint_actions[a].reward for a in node.joint_actions) / per_node
-        assert node.terminated == (threshold is not None and mean > threshold)
+        assert node.terminated == (node.turn < turns and threshold is not None and mean > threshold)
         expanded = [tree.joint_actions[a].child is not None for a in node.joint_actions]
         assert all(expanded) == (node.turn < turns and not node.terminated) and (all(expanded) or not any(expanded))
     assert sum(node.turn == 1 for node in tree.nodes) == rows

@@ -342,9 +342,9 @@ def test_log_extra_columns_join_the_completions_table(tmp_path, tokenizer):
     assert list(written["answers"]) == list(extra["answers"])
 
 
-def test_an_off_by_one_reward_gets_one_error_that_says_so(tmp_path, tokenizer, caplog):
-    """`completions1[1:]` returns 1 value for 2 joint actions, then 0 for 1: one error naming the dropped values, and
-    no WARNING that first re-reads it as CoMLRL's convention."""
+def test_an_off_by_one_reward_gets_a_count_error_when_the_trainer_is_built(tmp_path, tokenizer, caplog):
+    """`completions1[1:]` returns 1 value for 2 joint actions: a count error when the trainer is built, with no
+    WARNING that re-reads it as another convention."""
 
     def off_by_one(completions1, completions2):
         return [float(len(a)) for a in completions1[1:]]
@@ -357,10 +357,10 @@ def test_an_off_by_one_reward_gets_one_error_that_says_so(tmp_path, tokenizer, c
         )  # fmt: skip
     message = str(raised.value)
     assert message.startswith(
-        "Reward function 'off_by_one' returned 1 value for 2 joint actions (turn 1), and, called"
+        "Reward function 'off_by_one' (turn 1) returned 1 value for 2 joint actions; it must return one per joint"
     )
-    assert "returned 0 values for 1 joint action" in message and "completions[1:]" in message
-    assert "is read as CoMLRL's per-joint-action convention" not in caplog.text
+    assert message.endswith("If it scores one joint action per call, wrap it: per_joint_action(off_by_one).")
+    assert caplog.text == ""
 
 
 class Board:
@@ -429,7 +429,7 @@ def test_the_environment_gives_a_value_for_every_reward_keyword():
     """`rewards.REWARD_KEYWORDS` is the one list: the environment gives each keyword a value (`turn` is the reward's
     own, per call), and the dataset's columns beside them."""
     reward = JointReward([lambda completions_0, completions_1: [0.0]], None, num_agents=2)
-    environment = TeamTask(reward, None, None, None, tokenizers=[None, None], worlds=object())
+    environment = TeamTask(reward, None, None, tokenizers=[None, None], worlds=object())
     keywords = environment.reward_keywords([{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
     assert set(keywords) == {*rewards_module.REWARD_KEYWORDS, "level"} - {"turn"}
     assert keywords["environments"] == ["world"] and keywords["level"] == [3]

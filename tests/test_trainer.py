@@ -269,7 +269,7 @@ def test_an_error_of_the_placeholder_call_keeps_its_type_and_says_where_it_came_
     def broken_transition(prompt, agent_completions, num_agents):
         return {}["feedback"]
 
-    functions = {"reward_func": broken_reward} if failing == "reward" else {"external_transition": broken_transition}
+    functions = {"reward_funcs": broken_reward} if failing == "reward" else {"external_transition": broken_transition}
     with pytest.raises(ZeroDivisionError if failing == "reward" else KeyError) as caught:
         build(tmp_path, tokenizer, **functions)
     notes = "\n".join(caught.value.__notes__)
@@ -332,8 +332,9 @@ def test_the_class_docstring_example_runs_with_a_local_model(tmp_path, tiny_mode
     step, it trains."""
     code = textwrap.dedent(MAGRPOTrainer.__doc__.split("```python")[1].split("```")[0])
     hub_id = '"HuggingFaceTB/SmolLM2-135M-Instruct"'
-    assert hub_id in code and "max_new_tokens=64" in code
-    code = code.replace(hub_id, repr(tiny_model_dir)).replace("max_new_tokens=64", "max_new_tokens=4, max_steps=1")
+    assert hub_id in code and "max_completion_length=64" in code
+    code = code.replace(hub_id, repr(tiny_model_dir))
+    code = code.replace("max_completion_length=64", "max_completion_length=4, max_steps=1")
     monkeypatch.chdir(tmp_path)  # the example writes to the default output_dir
     namespace = {}
     exec(compile(code, "MAGRPOTrainer docstring", "exec"), namespace)

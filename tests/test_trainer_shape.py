@@ -1,12 +1,9 @@
-"""The trainer subclass stays thin glue: at most 400 lines, and its docstring names every GRPOTrainer method it (or a
-mixin of it) overrides, so that a reader sees in one place what differs from GRPOTrainer."""
-
-import inspect
-from pathlib import Path
+"""The trainer's docstring names every GRPOTrainer method it (or a mixin of it) overrides, so that a reader sees in one
+place what differs from GRPOTrainer; the CoMLRL face's names every method of the TRL face it overrides. (Its length is
+no measure: issue 48 lifted the 400-line cap.)"""
 
 from trl import GRPOTrainer
 
-import trl_multiagent.trainer
 from trl_multiagent import MAGRPOTrainer
 
 
@@ -21,9 +18,13 @@ def overrides() -> dict[str, str]:
     return found
 
 
-def test_trainer_module_is_at_most_400_lines():
-    lines = Path(inspect.getsourcefile(trl_multiagent.trainer)).read_text().count("\n")
-    assert lines <= 400, f"trl_multiagent/trainer.py has {lines} lines; move logic into the modules below it"
+def test_the_comlrl_face_names_every_method_of_the_trl_face_it_overrides():
+    from trl_multiagent.comlrl import MAGRPOTrainer as CoMLRLTrainer
+
+    own = [name for name, value in vars(CoMLRLTrainer).items() if callable(value) and hasattr(MAGRPOTrainer, name)]
+    assert "__init__" in own and "_prepare_arguments" in own
+    missing = [name for name in own if f"`{name}`" not in CoMLRLTrainer.__doc__]
+    assert not missing, f"the CoMLRL face's docstring does not list these overrides: {missing}"
 
 
 def test_the_docstring_names_every_grpotrainer_override():

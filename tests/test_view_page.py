@@ -2,6 +2,9 @@
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +74,39 @@ def test_another_format_version_is_refused(tmp_path):
         page_html(str(tmp_path))
     with pytest.raises(ViewError):
         page_html(str(tmp_path / "empty"))
+
+
+def test_the_command_imports_no_torch(tmp_path):
+    """`python -m trl_multiagent.view` writes the page without importing torch, TRL, transformers or accelerate (the
+    package's names load on first use): it takes a fraction of a second, not the seconds torch takes to load."""
+    write_step(str(tmp_path / "rollout_trees"), document(1))
+    script = (
+        "import runpy, sys\n"
+        f"sys.argv = ['trl_multiagent.view', {str(tmp_path)!r}]\n"
+        "try:\n    runpy.run_module('trl_multiagent.view', run_name='__main__')\n"
+        "except SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
+        "print(sorted(m for m in ('torch', 'trl', 'transformers', 'accelerate') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0].startswith("Wrote ") and (tmp_path / "rollout_trees.html").is_file()
+    assert out.splitlines()[-1] == "[]"
+
+
+def test_the_package_names_load_on_first_use():
+    import trl_multiagent
+
+    assert trl_multiagent.__all__ == [
+        "AgentTeam",
+        "MAGRPOConfig",
+        "MAGRPOTrainer",
+        "joint",
+        "per_agent",
+        "per_joint_action",
+    ]
+    from trl_multiagent import MAGRPOTrainer
+    from trl_multiagent.trainer import MAGRPOTrainer as defined
+
+    assert MAGRPOTrainer is defined and set(trl_multiagent.__all__) <= set(dir(trl_multiagent))
+    with pytest.raises(AttributeError, match="module 'trl_multiagent' has no attribute 'MAGRPOTrainr'"):
+        trl_multiagent.MAGRPOTrainr  # noqa: B018

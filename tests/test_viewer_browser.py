@@ -3,6 +3,7 @@ made from a real two-turn run of tiny models. Skips with one line when chromium 
 TRL_MULTIAGENT_REQUIRE_BROWSER_TESTS=1 (`.ci/run` sets it). With TRL_MULTIAGENT_UPDATE_SCREENSHOTS=1 the screenshots
 go to docs/img/ (the README's and docs/viewer.md's); otherwise to a temporary folder."""
 
+import itertools
 import json
 import os
 import re
@@ -77,6 +78,45 @@ def run_dir(tmp_path_factory):
             output_dir=str(output), num_turns=2, num_generations=4, per_device_train_batch_size=8,
             max_new_tokens=12, max_steps=3, logging_steps=1, report_to="none", seed=0, save_strategy="no",
             early_termination_threshold=None, log_rollout_trees=True,
+        ),
+    )  # fmt: skip
+    trainer.train()
+    trainer.save_state()
+    return output
+
+
+THRESHOLD = 0.5
+
+
+def turn_reward(completions1, completions2, *, turn, trainer_state):
+    """Turn 2 scores above THRESHOLD (1 to 2), turn 1 at most THRESHOLD (a node of it goes on), except at step 2,
+    where every turn-1 joint action scores 1: every node ends early, and turn 2 never runs in that step."""
+    ratios = length_ratio_reward(completions1, completions2)
+    if turn == 2:
+        return [1.0 + r for r in ratios]
+    if trainer_state.global_step == 1:  # generating for step 2
+        return [1.0] * len(ratios)
+    return [THRESHOLD * r for r in ratios]
+
+
+@pytest.fixture(scope="module")
+def ended_run_dir(tmp_path_factory):
+    """Three steps of two turns with early_termination_threshold=THRESHOLD: turn 2 scores above it at steps 1 and 3,
+    and at step 2 every root ends early (no turn 2)."""
+    from trl_multiagent.demo.testing import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    output = tmp_path_factory.mktemp("viewer_ended") / "run"
+    trainer = MAGRPOTrainer(
+        model=[make_model(tokenizer, seed=i) for i in range(2)],
+        processing_class=tokenizer,
+        reward_funcs=turn_reward,
+        external_transition=length_feedback,
+        train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS[:2]}),
+        args=MAGRPOConfig(
+            output_dir=str(output), num_turns=2, num_generations=2, per_device_train_batch_size=2,
+            max_new_tokens=6, max_steps=3, logging_steps=1, report_to="none", seed=0, save_strategy="no",
+            early_termination_threshold=THRESHOLD, log_rollout_trees=True,
         ),
     )  # fmt: skip
     trainer.train()
@@ -217,3 +257,119 @@ def test_statistics_of_a_step_match_its_tree(run_dir):
         assert action["return"] == pytest.approx(
             action["reward"] + statistics.mean(c["return"] for c in child["actions"])
         )
+
+
+def logged(run_dir: Path, step: int) -> dict:
+    return next(
+        e
+        for e in json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+        if e.get("step") == step and "reward" in e
+    )
+
+
+def test_a_last_turn_node_did_not_end_early(browser, ended_run_dir):
+    """A node of the last turn is not 'ended early', whatever its reward: not in the record, not in
+    turn_2/terminated_frac, not on the page; a turn-1 node above the threshold still is, in all three."""
+    files = step_files(str(ended_run_dir))
+    page, errors, remote = open_page(browser, Path(write_page(str(ended_run_dir))).as_uri())
+    for step in (1, 3):
+        nodes = read_step(files[step])["prompts"][0]["nodes"]
+        last = [n for n in nodes if n["turn"] == 2]
+        assert len(last) == 2 and all(statistics.mean(a["reward"] for a in n["actions"]) > THRESHOLD for n in last)
+        assert not any(n["terminated"] for n in nodes)
+        assert logged(ended_run_dir, step)["turn_2/terminated_frac"] == 0.0
+        page.select_option("#step", str(step))
+        assert page.eval_on_selector_all("#tree .node.terminated", "els => els.length") == 0
+        for node in last:
+            page.click(f"#tree .node[data-node='{node['id']}']")
+            assert page.inner_text("#panel h2").startswith(f"Node {node['id']} · turn 2")
+            assert page.eval_on_selector_all("#panel .ended", "els => els.length") == 0
+    # step 2: the root ended early (turn 1 of 2, mean reward 1 > THRESHOLD), and says so
+    nodes = read_step(files[2])["prompts"][0]["nodes"]
+    assert [(n["turn"], n["terminated"]) for n in nodes] == [(1, True)]
+    step_2 = logged(ended_run_dir, 2)
+    assert step_2["turn_1/terminated_frac"] == 1.0 and "turn_2/reward_mean" not in step_2
+    page.select_option("#step", "2")
+    assert page.eval_on_selector_all("#tree .node.terminated", "els => els.length") == 1
+    assert page.inner_text("#panel .ended") == "ended early (mean reward above the threshold)"
+    assert page.inner_text("#threshold") == str(THRESHOLD)
+    assert errors == [] and remote == []
+
+
+def test_the_reward_curve_breaks_where_a_turn_did_not_run(browser, ended_run_dir):
+    page, errors, remote = open_page(browser, Path(write_page(str(ended_run_dir))).as_uri())
+    segments = page.eval_on_selector_all(
+        "#curve .segment", "els => els.map(e => [e.dataset.series, e.tagName, e.dataset.steps])"
+    )
+    # turn 2 ran at steps 1 and 3 only: two lone points, no line across step 2; `reward` has every step
+    assert [s for s in segments if s[0] == "turn_2/reward_mean"] == [
+        ["turn_2/reward_mean", "circle", "1"],
+        ["turn_2/reward_mean", "circle", "3"],
+    ]
+    assert ["reward", "polyline", "1 2 3"] in segments and ["turn_1/reward_mean", "polyline", "1 2 3"] in segments
+    # labelled axes with ticks: every step, and round reward values spanning the logged ones
+    assert page.eval_on_selector_all("#curve .xtick", "els => els.map(e => e.textContent)") == ["1", "2", "3"]
+    yticks = [float(v) for v in page.eval_on_selector_all("#curve .ytick", "els => els.map(e => e.textContent)")]
+    values = [
+        v for s in (1, 2, 3) for k, v in logged(ended_run_dir, s).items() if k.endswith("reward_mean") or k == "reward"
+    ]
+    assert len(yticks) >= 4 and min(values) <= yticks[0] and yticks[-1] <= max(values)
+    assert len({round(b - a, 9) for a, b in itertools.pairwise(yticks)}) == 1  # evenly spaced
+    assert page.eval_on_selector_all("#curve .axistitle", "els => els.map(e => e.textContent)") == [
+        "training step",
+        "mean joint reward",
+    ]
+    assert errors == [] and remote == []
+
+
+STOPS = [(215, 48, 39), (254, 224, 139), (26, 152, 80)]
+
+
+def expected_colour(value: float, lo: float, hi: float) -> str:
+    """The page's colour scale, by hand: red at lo, yellow halfway, green at hi."""
+    t = max(0.0, min(1.0, (value - lo) / (hi - lo))) * 2
+    i = min(1, int(t))
+    f = t - i
+    a, b = STOPS[i], STOPS[i + 1]
+    return "rgb(" + ",".join(str(round(x + (y - x) * f + 1e-9)) for x, y in zip(a, b, strict=True)) + ")"
+
+
+def test_colours_show_the_mean_joint_reward_and_the_legend_says_how_to_read_them(browser, run_dir):
+    page, errors, remote = open_page(browser, Path(write_page(str(run_dir))).as_uri())
+    files = step_files(str(run_dir))
+    document = read_step(files[max(files)])
+    nodes = document["prompts"][0]["nodes"]
+    actions = [a for p in document["prompts"] for n in p["nodes"] for a in n["actions"]]
+
+    def shown(key):
+        lo, hi = min(a[key] for a in actions), max(a[key] for a in actions)
+        assert (page.inner_text("#lo"), page.inner_text("#hi")) == (f"{lo:.4f}", f"{hi:.4f}")
+        for node in nodes:
+            value = statistics.mean(a[key] for a in node["actions"])
+            selector = f"#tree .node[data-node='{node['id']}']"
+            assert page.get_attribute(f"{selector} circle.body", "fill") == expected_colour(value, lo, hi)
+            # under the node: the coloured value first, the other beside it
+            labels = page.eval_on_selector_all(f"{selector} .value", "els => els.map(e => e.dataset.key)")
+            assert labels == [key, "return" if key == "reward" else "reward"]
+        return [page.get_attribute(f"#tree .node[data-node='{n['id']}'] circle.body", "fill") for n in nodes]
+
+    # by default the mean joint reward, which turn-1 returns (reward + future) would dwarf
+    assert page.input_value("#measure") == "reward" and page.inner_text("#measurename") == "joint reward"
+    by_reward = shown("reward")
+    page.select_option("#measure", "return")
+    assert page.inner_text("#measurename") == "return"
+    assert shown("return") != by_reward
+    # the legend: colours, returns (why above the rewards), the joint action's indices, the dashed ring
+    legend = {key: page.inner_text(f"#legend-{key}") for key in ("colour", "return", "action", "ended")}
+    assert "red the step's lowest" in legend["colour"] and "green the" in legend["colour"]
+    assert "Return = reward + discount (1) × the mean return" in legend["return"]
+    assert document["discount"] == 1.0
+    assert "joint action j (a, b): the node's j-th joint action, made of completion a of agent 0" in legend["action"]
+    assert "before the last turn" in legend["ended"]
+    # the panel's joint action titles use those indices: joint action j (choice of each agent)
+    page.click("#tree .node[data-node='0']")
+    titles = page.eval_on_selector_all("#panel .action h3 > span:first-child", "els => els.map(e => e.textContent)")
+    assert titles == [
+        f"joint action {j} ({a['choice'][0]}, {a['choice'][1]})" for j, a in enumerate(nodes[0]["actions"])
+    ]
+    assert errors == [] and remote == []

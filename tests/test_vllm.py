@@ -561,7 +561,7 @@ def test_tool_rounds_continue_on_the_engine_as_transformers_would(tmp_path, lora
                add_special_tokens=False)["input_ids"]  # fmt: skip
     agents = [make_model(tok, seed=i, hidden=64, heads=2, max_positions=2048) for i in range(2)]
     extra = {"peft_config": LoraConfig(r=8, target_modules=LORA_TARGETS)} if lora else {}
-    team = {"model": agents[0], "num_agents": 2, **extra} if lora else {"agents": agents}
+    team = {"model": agents[0], "num_agents": 2, **extra} if lora else {"model": agents}
     prompts = [[{"role": "user", "content": "Add 2 and 3."}]]
     with trainer_for(
         tmp_path, {"num_turns": 1, "max_new_tokens": 160, "eval_do_sample": False, "num_generations_eval": 2},

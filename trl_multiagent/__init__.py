@@ -1,10 +1,38 @@
 """MAGRPO for Hugging Face TRL: several cooperating LLM agents trained on a joint reward."""
 
-from .config import MAGRPOConfig
-from .rewards.wrappers import joint, per_agent, per_joint_action
-from .team.agent_team import AgentTeam
-from .trainer import MAGRPOTrainer
+import importlib
+from typing import TYPE_CHECKING
+
+
+if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these); at run time `__getattr__` imports them
+    from .config import MAGRPOConfig
+    from .rewards.wrappers import joint, per_agent, per_joint_action
+    from .team.agent_team import AgentTeam
+    from .trainer import MAGRPOTrainer
 
 
 __all__ = ["AgentTeam", "MAGRPOConfig", "MAGRPOTrainer", "joint", "per_agent", "per_joint_action"]
 __version__ = "0.1.0"
+
+# Each public name's module, imported on first use (PEP 562): `python -m trl_multiagent.view` and the evaluation
+# command's argument checks import this package, and must not wait for torch, TRL and transformers to load.
+_MODULES = {
+    "AgentTeam": ".team.agent_team",
+    "MAGRPOConfig": ".config",
+    "MAGRPOTrainer": ".trainer",
+    "joint": ".rewards.wrappers",
+    "per_agent": ".rewards.wrappers",
+    "per_joint_action": ".rewards.wrappers",
+}
+
+
+def __getattr__(name: str):
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULES[name], __name__), name)
+    globals()[name] = value  # later lookups find it without calling this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -37,6 +37,20 @@ def agent_dir(output_dir: str, index: int) -> str:
     return os.path.join(output_dir, f"agent_{index}")
 
 
+def agent_dirs(output_dir: str, num_agents: int, agent_folders: bool) -> list[str]:
+    """Where each agent of a team is saved in `output_dir`: `agent_{i}/`; a team of one, without `agent_folders`, in
+    `output_dir` itself, as GRPOTrainer saves its model (`TeamCheckpointing.one_agent_in_agent_folder`)."""
+    if num_agents == 1 and not agent_folders:
+        return [output_dir]
+    return [agent_dir(output_dir, i) for i in range(num_agents)]
+
+
+def saved_agent_dirs(folder: str, num_agents: int) -> list[str]:
+    """Where `num_agents` agents were saved in `folder`, in either layout (`agent_dirs`): `agent_{i}/` where `agent_0/`
+    exists, else, for one agent, `folder` itself."""
+    return agent_dirs(folder, num_agents, agent_folders=os.path.isdir(agent_dir(folder, 0)))
+
+
 def agent_state_dict(team_state_dict: dict | None, index: int) -> dict | None:
     """The part of the team's state dict (keys ``agents.{i}.*``) that belongs to one agent, with that prefix removed."""
     if team_state_dict is None:
@@ -201,25 +215,54 @@ def written_by_caller(model):
         del model.should_save_on_this_rank
 
 
-def save_team(team, tokenizers: list, output_dir: str, state_dict: dict | None = None) -> None:
-    """Write `agent_{i}/` for each agent: full weights, or a PEFT adapter; with its tokenizer.
+def save_team(
+    team, tokenizers: list, output_dir: str, state_dict: dict | None = None, agent_folders: bool = True
+) -> None:
+    """Write each agent into its folder (`agent_dirs`: `agent_{i}/`, or for a team of one without `agent_folders`,
+    `output_dir` itself): full weights, or its PEFT adapter alone (not the frozen reference copy of
+    `AgentTeam.copy_pretrained_adapters`); with its tokenizer.
 
-    Full weights load with `AutoModelForCausalLM.from_pretrained(dir/agent_i)`, adapters with
-    `PeftModel.from_pretrained(base, dir/agent_i)`. `state_dict` is the team's (gathered under ZeRO-3), or None.
+    Full weights load with `AutoModelForCausalLM.from_pretrained(folder)`, adapters with
+    `AutoPeftModelForCausalLM.from_pretrained(folder)`. `state_dict` is the team's (gathered under ZeRO-3), or None.
     """
     os.makedirs(output_dir, exist_ok=True)
-    for i in range(team.num_agents):
+    folders = agent_dirs(output_dir, team.num_agents, agent_folders)
+    for i, folder in enumerate(folders):
         if team.is_shared_base:
             # PEFT writes a named adapter into `<dir>/<name>/`, and the adapters are named `agent_{i}`.
             team.agent(i).save_pretrained(
                 output_dir, selected_adapters=[team.adapter_names[i]], state_dict=agent_state_dict(state_dict, 0)
             )
         else:
+            adapter = {"selected_adapters": [team.adapter_name(i)]} if is_adapter(team, i) else {}
             with written_by_caller(team.agent(i)):
-                team.agent(i).save_pretrained(agent_dir(output_dir, i), state_dict=agent_state_dict(state_dict, i))
-        tokenizers[i].save_pretrained(agent_dir(output_dir, i))
-        record_hub_base(agent_dir(output_dir, i))
-        write_card(team, i, agent_dir(output_dir, i), adapter=is_adapter(team, i))
+                team.agent(i).save_pretrained(folder, state_dict=agent_state_dict(state_dict, i), **adapter)
+        tokenizers[i].save_pretrained(folder)
+        record_hub_base(folder)
+        write_card(team, i, folder, adapter=is_adapter(team, i))
+    if team.is_shared_base:
+        portable_folder_card(output_dir)
+
+
+def portable_folder_card(folder: str) -> None:
+    """PEFT writes a card into the folder it saves named adapters under (`folder/README.md`, beside `agent_i/`),
+    whose `base_model` is the folder the base was loaded from. As the agents' cards do (`write_agent_card`), it names
+    a prepared folder (the embedded model's) by its Hub id, and no other local folder: a path on this machine is no
+    base anyone else can find."""
+    from huggingface_hub import ModelCard
+
+    path = os.path.join(folder, "README.md")
+    if not os.path.isfile(path):
+        return
+    card = ModelCard.load(path)
+    base = card.data.base_model
+    if not isinstance(base, str) or not os.path.isdir(base):
+        return
+    hub = prepared_hub_id(base)
+    card.data.base_model = hub
+    tags = [tag for tag in card.data.tags or [] if not tag.endswith(f":{base}")]
+    card.data.tags = tags + ([f"base_model:adapter:{hub}"] if hub else [])
+    card.save(path)
 
 
 def write_card(team, index: int, folder: str, adapter: bool) -> None:
@@ -254,26 +297,23 @@ def record_hub_base(folder: str) -> None:
             json.dump(config, file, indent=2, sort_keys=True)
 
 
-def save_merged_team(team, tokenizers: list, output_dir: str) -> None:
-    """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model."""
-    for i in range(team.num_agents):
+def save_merged_team(team, tokenizers: list, output_dir: str, agent_folders: bool = True) -> None:
+    """Write each agent (into `agent_dirs`, as `save_team`) as full weights, its adapter merged into (a copy of) its
+    base model."""
+    for i, folder in enumerate(agent_dirs(output_dir, team.num_agents, agent_folders)):
         module = team.agent(i)
-        if hasattr(module, "merge_and_unload"):
-            adapter = team.adapter_names[i] if team.is_shared_base else None
-            module = copy.deepcopy(module).merge_and_unload(adapter_names=[adapter] if adapter else None)
-        module.save_pretrained(agent_dir(output_dir, i))
-        tokenizers[i].save_pretrained(agent_dir(output_dir, i))
-        write_card(team, i, agent_dir(output_dir, i), adapter=False)
+        if hasattr(module, "merge_and_unload"):  # the agent's own adapter, not a reference copy beside it
+            module = copy.deepcopy(module).merge_and_unload(adapter_names=[team.adapter_name(i)])
+        module.save_pretrained(folder)
+        tokenizers[i].save_pretrained(folder)
+        write_card(team, i, folder, adapter=False)
 
 
 def load_team(team, folder: str) -> None:
-    """Read back what `save_team` wrote into `folder` (a checkpoint), agent by agent."""
-    for i in range(team.num_agents):
-        source = agent_dir(folder, i)
-        if team.is_shared_base:
-            load_adapter_weights(team.agent(i), source, team.adapter_names[i])
-        elif hasattr(team.agent(i), "peft_config"):
-            load_adapter_weights(team.agent(i), source, "default")
+    """Read back what `save_team` wrote into `folder` (a checkpoint), agent by agent, in either layout."""
+    for i, source in enumerate(saved_agent_dirs(folder, team.num_agents)):
+        if is_adapter(team, i):
+            load_adapter_weights(team.agent(i), source, team.adapter_name(i))
         else:
             load_agent_weights(team.agent(i), source)
 
@@ -298,21 +338,27 @@ class TeamCheckpointing:
     `save_merged_model`.
     """
 
+    # Where a team of one is saved (`save_model` and every checkpoint): False, as GRPOTrainer saves its model, into the
+    # folder itself; True, into `agent_0/` (CoMLRL's layout, which its face sets). A team of several always writes
+    # `agent_{i}/`. Resuming and the evaluation command read both layouts.
+    one_agent_in_agent_folder: bool = False
+
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """Write `agent_{i}/` for each agent (`save_team`): full weights or a PEFT adapter, its tokenizer."""
+        """Write each agent (`save_team`: `agent_{i}/`, or a team of one into `output_dir` itself, as
+        `one_agent_in_agent_folder` says): full weights or a PEFT adapter, its tokenizer."""
         if self.args.should_save:
             output_dir = output_dir if output_dir is not None else self.args.output_dir
             if state_dict is not None and self.team.trainer_model is not self.team:  # a team of one: the agent's
                 state_dict = {f"agents.0.{key}": value for key, value in state_dict.items()}
-            save_team(self.team, self.tokenizers, output_dir, state_dict)
+            save_team(self.team, self.tokenizers, output_dir, state_dict, self.one_agent_in_agent_folder)
             torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def save_merged_model(self, output_dir: str) -> None:
-        """Write `agent_{i}/` as full weights, each adapter merged into (a copy of) its base model.
+        """Write each agent, where `save_model` would, as full weights: its adapter merged into (a copy of) its base.
 
         For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
         """
-        save_merged_team(self.team, self.tokenizers, output_dir)
+        save_merged_team(self.team, self.tokenizers, output_dir, self.one_agent_in_agent_folder)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`).
@@ -356,8 +402,8 @@ class TeamCheckpointing:
         return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """Every agent's weights (or adapter) from `agent_{i}/` (`load_team`), and each agent's adaptive entropy
-        coefficient where the checkpoint has them."""
+        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`), and each agent's
+        adaptive entropy coefficient where the checkpoint has them."""
         load_team(self.team, resume_from_checkpoint)
         path, control = (
             os.path.join(resume_from_checkpoint, ENTROPY_STATE_NAME),

@@ -57,8 +57,9 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
       that continue it (`share_prompts`, as does the prefill of `generate`);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
     - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
-    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, `_load_from_checkpoint`
-      reads them back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
+    - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, and a team of one
+      into the folder itself as GRPOTrainer (the class attribute `one_agent_in_agent_folder = True` keeps `agent_0/`,
+      CoMLRL's layout); `_load_from_checkpoint` reads either layout back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
       `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
     - `train`, `evaluate` and `_remove_unused_columns` (`environment_lifecycle`): the environments' instances are
       closed at the end, and every dataset column is kept for them;
@@ -67,12 +68,10 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
     Args (GRPOTrainer's, in its order, then the team's own):
-        model: one model or id (one agent, as GRPOTrainer; with `num_agents=N`, N copies of it, and with
-            `peft_config` one shared base with an adapter per agent), or a list with one per agent (heterogeneous
-            allowed).
-        reward_funcs: reward callables or models, weighted by `args.reward_weights`: joint (a list of completions per
-            agent), or TRL's, scoring each agent, combined by `args.agent_reward_aggregation`. The convention is read
-            from the signature, or stated with `joint`, `per_agent`, `per_joint_action`.
+        model: one model or id (one agent, as GRPOTrainer; with `num_agents=N`, N copies, and with `peft_config` one
+            base with an adapter per agent), or a list with one per agent (heterogeneous allowed).
+        reward_funcs: joint rewards (a list of completions per agent) or TRL's (each agent scored, combined by
+            `args.agent_reward_aggregation`): read from the signature, or stated (`joint`, `per_agent`, ...).
         processing_class: one tokenizer for every agent, or one per agent.
         reward_processing_classes, quantization_config, peft_config (one, or one per agent), callbacks, optimizers,
         rollout_func (refused, with the reason): GRPOTrainer's.
@@ -83,7 +82,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         external_transition: builds each agent's next prompt from a branch (needed when `num_turns > 1`).
         formatters: per-agent callables mapping a dataset row to that agent's first prompt (one serves every agent).
 
-    CoMLRL 1.4.3's names and defaults are `trl_multiagent.comlrl.MAGRPOTrainer`'s, a subclass of this one.
+    CoMLRL 1.4.3's names and defaults: `trl_multiagent.comlrl.MAGRPOTrainer`, a subclass of this one.
 
     Example:
 
@@ -147,7 +146,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
         reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
-        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings)
+        built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.task.joint_reward.funcs, args)
         with arguments.grpo_trainer_settings(args, self.task.joint_reward.weights):
@@ -275,7 +274,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             table = completion_log_rows(tree, advantages, self.task)
             self._logs = completion_logs(gather_object(table))
-        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. the CoMLRL face's eval_logger
+        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. the CoMLRL face's evaluation metrics
             self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))
         return {"agents": agent_batches}
 

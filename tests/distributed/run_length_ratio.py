@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
 from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
-from trl_multiagent.demo.testing import make_model, make_tokenizer
+from trl_multiagent.demo.testing import make_model, make_tokenizer, with_trained_adapter
 from trl_multiagent.rollout import Generation
 
 
@@ -175,6 +175,9 @@ def main():
     parser.add_argument("--use_vllm", action="store_true", help="generate with colocated vLLM engines")
     parser.add_argument("--shared_lora", action="store_true", help="one base model with a LoRA adapter per agent")
     parser.add_argument("--one_agent", action="store_true", help="a team of one, rewarded for 8-character answers")
+    parser.add_argument(
+        "--trained_adapter", action="store_true", help="with --one_agent: a PEFT model with a trained adapter"
+    )
     parser.add_argument("--shuffle", action="store_true", help="shuffle the prompts every epoch")
     parser.add_argument("--save_total_limit", type=int, default=None)
     parser.add_argument(
@@ -232,9 +235,10 @@ def main():
         team = {"model": make_model(tokenizer, seed=0, **size), "num_agents": 2,
                 "peft_config": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"])}  # fmt: skip
     elif cli.one_agent:  # GRPOTrainer's case: `trainer.model` is the agent itself, not the team
-        team = {"agents": [make_model(tokenizer, seed=0, **size)]}
+        agent = make_model(tokenizer, seed=0, **size)
+        team = {"model": with_trained_adapter(agent) if cli.trained_adapter else agent}
     else:
-        team = {"agents": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
+        team = {"model": [make_model(tokenizer, seed=i, **size) for i in range(2)]}
     trainer = trainer_class(
         **team,
         processing_class=tokenizer,

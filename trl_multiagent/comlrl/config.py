@@ -190,8 +190,13 @@ def check_comlrl_values(config: MAGRPOConfig) -> None:
             f"MAGRPOConfig: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
             "it sets advantage_baseline (TRL face's name), where the peers' other baselines are."
         )
-    if str(config.joint_mode).strip().lower() not in JOINT_MODES:
-        raise ValueError(f"MAGRPOConfig: joint_mode={config.joint_mode!r} must be one of {list(JOINT_MODES)}.")
+    if config.num_turns < 1:
+        raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {config.num_turns}.")
+    if config.num_agents != 1 and str(config.joint_mode).strip().lower() not in JOINT_MODES:
+        raise ValueError(
+            f"MAGRPOConfig: joint_mode={config.joint_mode!r} must be one of {list(JOINT_MODES)} (any case; with "
+            "num_agents=1 it is ignored, as in CoMLRL)."
+        )
     mode = _parallel_mode(config.parallel_training)
     if mode not in PARALLEL_TRAINING:
         raise ValueError(
@@ -203,6 +208,22 @@ def check_comlrl_values(config: MAGRPOConfig) -> None:
     for name in ("agent_devices", "reference_devices"):
         if getattr(config, name) is not None:
             _check_one_device(name, getattr(config, name))
+    # CoMLRL resolves a list of devices to one per agent when it places them (agents with 'mp', references with the
+    # KL term): one device for all, or one per agent
+    for name, placed in (("agent_devices", mode == "mp"), ("reference_devices", config.reference_kl_enabled)):
+        spec = getattr(config, name)
+        if placed and isinstance(spec, (list, tuple)) and len(spec) not in (1, config.num_agents):
+            raise ValueError(
+                f"MAGRPOConfig: {name} length ({len(spec)}) must be 1 or num_agents ({config.num_agents}), as in "
+                f"CoMLRL; got {list(spec)}."
+            )
+
+
+def core_joint_mode(config: MAGRPOConfig) -> str:
+    """The core's joint mode for CoMLRL's spelling (align/aligned, cross/crossed, any case); a single agent has no
+    joint choice, so any value is read as 'aligned', as CoMLRL ignores it."""
+    mode = str(config.joint_mode).strip().lower()
+    return JOINT_MODES[mode] if config.num_agents != 1 or mode in JOINT_MODES else "aligned"
 
 
 def process_device() -> str:
@@ -233,7 +254,7 @@ def _check_one_device(name: str, spec) -> None:
 def translate(config: MAGRPOConfig) -> None:
     """Set the TRL fields that CoMLRL's names mean, before GRPOConfig derives the batch layout from them."""
     check_comlrl_values(config)
-    config.joint_mode = JOINT_MODES[str(config.joint_mode).strip().lower()]
+    config.joint_mode = core_joint_mode(config)
     config.parallel_training = _parallel_mode(config.parallel_training)
     _put(config, "learning_rate", float(config.agent_learning_rate), "agent_learning_rate")
     _put(config, "advantage_baseline", ADVANTAGE_MODES[str(config.advantage_mode).lower()], "advantage_mode")
@@ -289,10 +310,33 @@ def _rollout_buffer(config: MAGRPOConfig) -> None:
     config.per_device_train_batch_size = per_step * k
     config.gradient_accumulation_steps = 1
     config.steps_per_generation = per_generation // per_step
+    config.comlrl_layout = True  # `fit_to_prompts` may shrink it to a smaller dataset
     logger.info_once(
         f"MAGRPOConfig: rollout_buffer_size={buffer}, train_batch_size={step_nodes} (CoMLRL, tree nodes; a prompt's "
         f"tree has {nodes}) -> each generation takes {per_generation} prompt(s) per process and an optimizer step "
         f"{per_step}: per_device_train_batch_size={per_step * k}, steps_per_generation={per_generation // per_step}."
+    )
+
+
+def fit_to_prompts(config: MAGRPOConfig, prompts: int) -> None:
+    """CoMLRL trains one prompt at a time, so a dataset with fewer prompts than one generation here takes still trains
+    (a one-row dataset: one prompt per step). When the layout is CoMLRL's (`_rollout_buffer` derived it; a TRL layout
+    given stays as given, and the core names the shortfall), a generation takes the prompts there are, at least one per
+    process, and an optimizer step at most that many. `generation_batch_size` and the evaluation schedule follow."""
+    k, world = config.num_generations, config.world_size
+    if not vars(config).get("comlrl_layout") or prompts * k >= config.generation_batch_size or prompts < world:
+        return
+    per_step = min(config.per_device_train_batch_size // k, prompts // world)
+    per_generation = prompts // world - (prompts // world) % per_step
+    config.per_device_train_batch_size = per_step * k
+    config.steps_per_generation = per_generation // per_step
+    config.generation_batch_size = per_generation * k * world
+    _eval_interval(config, int(config.eval_interval))
+    logger.info_once(
+        f"MAGRPOTrainer: train_dataset has {prompts} prompt(s), fewer than one generation took: each generation takes "
+        f"{per_generation} per process and an optimizer step {per_step} (per_device_train_batch_size="
+        f"{config.per_device_train_batch_size}, steps_per_generation={config.steps_per_generation}), as CoMLRL trains "
+        "one prompt at a time."
     )
 
 
@@ -335,7 +379,7 @@ def check_late_changes(config: MAGRPOConfig) -> MAGRPOConfig:
         if name in SCALARS:
             trl_name, value = SCALARS[name]
             setattr(updated, trl_name, value(config))
-    updated.joint_mode = JOINT_MODES[str(config.joint_mode).strip().lower()]
+    updated.joint_mode = core_joint_mode(config)
     return updated
 
 

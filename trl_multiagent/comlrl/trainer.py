@@ -3,12 +3,22 @@ the TRL face's, and its calls of the user's functions (`comlrl.rewards`)."""
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from transformers import TrainerCallback, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy
 from transformers.utils import logging
 
+from ..arguments.datasets import check_dataset_fills_a_step
+from ..checkpoint import COMPLETE_MARKER, is_complete
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
     Evaluation,
@@ -17,11 +27,25 @@ from .arguments import (
     model_config_keywords,
     wandb_reporting,
 )
-from .config import MAGRPOConfig, check_late_changes, say_early_termination
+from .config import MAGRPOConfig, check_late_changes, fit_to_prompts, say_early_termination
 from .rewards import comlrl_reward, comlrl_transition
 
 
 logger = logging.get_logger(__name__)
+
+
+class FixedWhenBuilt(property):
+    """A CoMLRL attribute read from what the trainer was built with. CoMLRL's trainer would use a new value; here
+    setting it would have no effect, so it is refused, naming it."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __set__(self, trainer, value):
+        raise AttributeError(
+            f"MAGRPOTrainer.{self.name} is fixed when the trainer is built (setting it would have no effect here); "
+            "pass it to MAGRPOTrainer(...) instead."
+        )
 
 
 class MAGRPOTrainer(TRLFaceTrainer):
@@ -36,10 +60,18 @@ class MAGRPOTrainer(TRLFaceTrainer):
     - the reward is called as CoMLRL calls it, once per joint action (`comlrl.rewards.comlrl_reward`); the transition by
       keyword, with later turns formatted by the formatters (`comlrl_transition`);
     - `_prepare_arguments` adds the tokens of `model_config["special_tokens"]` and the evaluation metrics of
-      `eval_logger`.
+      `eval_logger`;
+    - `train` takes CoMLRL's checkpoint arguments (`checkpoint_dir`, `checkpoint_interval`, `checkpoint_total_limit`)
+      on the Trainer's checkpoints, and needs `train_dataset` only here, as CoMLRL; `save_checkpoint` and
+      `load_checkpoint` are CoMLRL's, on the same checkpoints;
+    - `_generate_and_score_completions` counts the joint actions scored in training (`env_step`);
+    - CoMLRL's public attributes (`agents`, `tokenizer`, `optimizers`, `reference_models`, `env_step`, ...) are read
+      from the trainer's state (docs/from_comlrl.md).
+    - saving keeps CoMLRL's layout, `agent_{i}/` even for one agent (`one_agent_in_agent_folder`).
     """
 
     points_to_comlrl_face = False  # a refused argument here gets the closest names (`keywords`)
+    one_agent_in_agent_folder = True  # CoMLRL saves each agent into `agent_{i}/`, one agent too (`checkpoint`)
 
     def __init__(
         self,
@@ -86,10 +118,17 @@ class MAGRPOTrainer(TRLFaceTrainer):
             if wandb_config:
                 sections = {**(wandb_config.get("config_sections") or {}), "dataset_type": dataset_type}
                 wandb_config = {**wandb_config, "config_sections": sections}
+        self._env_steps, self._reward_calls = 0, [0]  # `env_step`, and the reward's completed calls
         callbacks = list(trl_arguments.pop("callbacks", None) or [])
         if wandb_config:
             callbacks += wandb_reporting(wandb_config, args)
         train_dataset, eval_dataset = _dataset(train_dataset), _dataset(eval_dataset)
+        self._placeholder = None
+        if train_dataset is None:  # CoMLRL needs it only to train; GRPOTrainer needs rows to be built
+            train_dataset = self._placeholder = _placeholder_rows(args)
+            args.check_functions_before_training = False  # no row of the user's to check them with
+        elif isinstance(train_dataset, Dataset):
+            fit_to_prompts(args, len(train_dataset))
         if eval_dataset is not None and args.eval_num_samples < len(eval_dataset):
             eval_dataset = eval_dataset.select(range(max(args.eval_num_samples, 1)))  # CoMLRL evaluates one at 0
         if eval_dataset is None:  # CoMLRL evaluates only with an eval_dataset
@@ -100,7 +139,7 @@ class MAGRPOTrainer(TRLFaceTrainer):
             transition = comlrl_transition(external_transition, formatter_list, args.external_prompt_passthrough)
         super().__init__(
             model=model,
-            reward_funcs=comlrl_reward(reward_func, count, reward_processor),
+            reward_funcs=comlrl_reward(_counted(reward_func, self._reward_calls), count, reward_processor),
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
@@ -111,6 +150,182 @@ class MAGRPOTrainer(TRLFaceTrainer):
             formatters=formatter_list,
             **trl_arguments,
         )
+        # CoMLRL's public attributes that hold what was given (the others are properties, below)
+        self.model_config = dict(model_config or {})
+        self.wandb_config = wandb_config
+        self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
+        self._given = {
+            "reward_func": reward_func,
+            "reward_processor": reward_processor if reward_processor is not None else _identity,
+            "formatters": formatter_list,
+            "external_transition": external_transition,
+            "model_name": agent_model if isinstance(agent_model, str) else _model_name(self.agents[0]),
+        }
+
+    def train(
+        self,
+        resume_from_checkpoint=None,
+        checkpoint_dir=None,
+        checkpoint_interval=1,
+        checkpoint_total_limit=None,
+        trial=None,
+        **kwargs,
+    ):
+        """The Trainer's `train` with CoMLRL's arguments and its rule for the dataset.
+
+        - `train_dataset` is needed here, not when the trainer is built; one set as `trainer.train_dataset = ...`
+          after building (any sequence of rows) is used;
+        - `checkpoint_dir`: a checkpoint after every `checkpoint_interval` epochs and after the last one, in
+          `checkpoint_dir/checkpoint-{step}` (the Trainer's checkpoints: each agent's `agent_{i}/`, the optimizer, the
+          scheduler, the RNG states and the step), keeping the newest `checkpoint_total_limit`;
+        - `resume_from_checkpoint`: a checkpoint folder (or True: the newest complete one in `output_dir`), resumed at
+          its step, as the Trainer resumes.
+        """
+        if (
+            isinstance(checkpoint_interval, bool)
+            or not isinstance(checkpoint_interval, int)
+            or checkpoint_interval < 1
+        ):
+            raise ValueError(
+                f"MAGRPOTrainer.train: checkpoint_interval must be a positive integer, got {checkpoint_interval!r}."
+            )
+        if checkpoint_total_limit is not None and (
+            isinstance(checkpoint_total_limit, bool)
+            or not isinstance(checkpoint_total_limit, int)
+            or checkpoint_total_limit < 1
+        ):
+            raise ValueError(
+                "MAGRPOTrainer.train: checkpoint_total_limit must be a positive integer or None, got "
+                f"{checkpoint_total_limit!r}."
+            )
+        if self.train_dataset is self._placeholder:
+            raise ValueError(
+                "MAGRPOTrainer.train: no train_dataset. Pass train_dataset= to MAGRPOTrainer(...), or set "
+                "trainer.train_dataset = ... (a Dataset or a list of dicts) before train()."
+            )
+        if not hasattr(self.train_dataset, "column_names"):
+            self.train_dataset = _dataset(self.train_dataset)
+        check_dataset_fills_a_step(self.train_dataset, self.args)
+        if checkpoint_dir is None:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        saved = {name: getattr(self.args, name) for name in ("output_dir", "save_strategy", "save_total_limit")}
+        every = EveryNthEpoch(checkpoint_interval)
+        self.args.output_dir = str(checkpoint_dir)
+        self.args.save_strategy, self.args.save_total_limit = SaveStrategy.EPOCH, checkpoint_total_limit
+        self.add_callback(every)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        finally:
+            self.remove_callback(every)
+            for name, value in saved.items():
+                setattr(self.args, name, value)
+
+    def save_checkpoint(self, output_dir) -> str:
+        """CoMLRL's `save_checkpoint`: the trainer's state now, as a checkpoint `train(resume_from_checkpoint=...)`
+        resumes from and `load_checkpoint` reads: each agent's `agent_{i}/`, the step and, once `train()` has made
+        them, the optimizer, the scheduler and the RNG states (the Trainer's checkpoint files). A folder there that
+        is not a checkpoint is not replaced. Returns the folder."""
+        target = Path(output_dir).expanduser().absolute()
+        if target.is_symlink() or (target.exists() and not is_complete(str(target))):
+            raise FileExistsError(f"MAGRPOTrainer.save_checkpoint: refusing to replace {target}: not a checkpoint.")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        saved = self.args.output_dir, self.args.save_only_model, self.args.save_total_limit
+        # before `train()` there is no optimizer, scheduler or RNG state to save: the weights and the step only
+        self.args.output_dir, self.args.save_only_model = str(staging), saved[1] or self.optimizer is None
+        self.args.save_total_limit = None
+        try:
+            self._save_checkpoint(self.model, trial=None)
+            written = staging / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(written, target)
+        finally:
+            self.args.output_dir, self.args.save_only_model, self.args.save_total_limit = saved
+            shutil.rmtree(staging, ignore_errors=True)
+        return str(target)
+
+    def load_checkpoint(self, checkpoint) -> dict:
+        """CoMLRL's `load_checkpoint`: each agent's weights from a checkpoint (of `save_checkpoint` or of training)
+        into this trainer, now. The optimizer, the scheduler, the RNG states and the step are the Trainer's to restore
+        when training starts: `train(resume_from_checkpoint=checkpoint)` does (a plain `train()` starts at step 0 with
+        these weights and a new optimizer). Returns where the checkpoint was: `{"epoch", "global_step"}`."""
+        folder = Path(checkpoint).expanduser()
+        if not is_complete(str(folder)):
+            raise FileNotFoundError(
+                f"MAGRPOTrainer.load_checkpoint: {folder} is not a complete checkpoint (no {COMPLETE_MARKER})."
+            )
+        self._load_from_checkpoint(str(folder))
+        state = TrainerState.load_from_json(str(folder / TRAINER_STATE_NAME))
+        logger.warning(
+            f"MAGRPOTrainer.load_checkpoint: the agents' weights of {folder} are loaded; "
+            f"train(resume_from_checkpoint={str(folder)!r}) also restores its optimizer, scheduler, RNG states and step "
+            f"({state.global_step})."
+        )
+        return {"epoch": state.epoch, "global_step": state.global_step}
+
+    # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
+    @FixedWhenBuilt
+    def agents(self) -> list:
+        """Each agent's model, in order (a PEFT model for an adapter agent; on a shared base, the one model)."""
+        return [self.team.agent(i) for i in range(self.team.num_agents)]
+
+    @FixedWhenBuilt
+    def tokenizer(self):
+        """The first agent's tokenizer (`tokenizers` has one per agent)."""
+        return self.tokenizers[0]
+
+    @FixedWhenBuilt
+    def optimizers(self) -> list:
+        """The optimizer, once `train()` has made it: one for the team (the Trainer's), with each agent's parameters
+        in it; CoMLRL keeps one per agent. Empty before training."""
+        return [self.optimizer] if self.optimizer is not None else []
+
+    @FixedWhenBuilt
+    def reference_models(self) -> list:
+        """Each agent's frozen reference copy, with `reference_kl_enabled` (`beta > 0`); empty without it, as in
+        CoMLRL. On a shared base the references are adapters of the one model: refused, with what to read instead."""
+        if self.ref_team is not None:
+            return [self.ref_team.agent(i) for i in range(self.ref_team.num_agents)]
+        if self.beta and self.team.is_shared_base:
+            raise AttributeError(
+                "MAGRPOTrainer.reference_models: on a shared base each agent's reference is an adapter of the one "
+                "model (trainer.team, with `team.reference(i)`), not a model of its own."
+            )
+        return []
+
+    @FixedWhenBuilt
+    def agent_devices(self) -> list:
+        """Each agent's device: every agent is on this process's device here (each process holds the whole team)."""
+        return [self.accelerator.device] * self.team.num_agents
+
+    @FixedWhenBuilt
+    def env_step(self) -> int:
+        """Joint actions scored in training so far (CoMLRL's counter of environment steps)."""
+        return self._env_steps
+
+    reward_func = FixedWhenBuilt(lambda self: self._given["reward_func"], doc="The reward function, as given.")
+    reward_processor = FixedWhenBuilt(
+        lambda self: self._given["reward_processor"], doc="The reward processor, as given (identity if none)."
+    )
+    formatters = FixedWhenBuilt(
+        lambda self: self._given["formatters"], doc="One formatter per agent, or None, as given."
+    )
+    external_transition = FixedWhenBuilt(
+        lambda self: self._given["external_transition"], doc="The transition, as given."
+    )
+    model_name = FixedWhenBuilt(
+        lambda self: self._given["model_name"], doc="`agent_model`, or the first agent's name or path."
+    )
+
+    def _generate_and_score_completions(self, inputs):
+        """The core's, counting the joint actions scored in training (`env_step`: the reward is called once per joint
+        action; evaluation's calls are not counted, as in CoMLRL)."""
+        before = self._reward_calls[0]
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self._env_steps += self._reward_calls[0] - before
+        return output
 
     def _prepare_arguments(self, args, **given):
         inputs = super()._prepare_arguments(args, **given)
@@ -126,7 +341,7 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
     """CoMLRL's team: `agents` (one per agent), or `agent_model` (an id) copied `num_agents` times; the TRL face's
     `model=` for it, and the team's size."""
     if agent_model is None and agents is None:
-        raise ValueError("MAGRPOTrainer: either agent_model or agents must be provided.")
+        raise ValueError("MAGRPOTrainer: Either agent_model or agents must be provided (CoMLRL's words).")
     if agents is not None:
         if agent_model is not None:
             check_agent_model_names(agent_model, agents)  # CoMLRL accepts both when they name the same model
@@ -137,6 +352,51 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
             f"{type(agent_model).__name__}; pass models in memory as agents=[...]."
         )
     return agent_model, num_agents
+
+
+class EveryNthEpoch(TrainerCallback):
+    """CoMLRL's `checkpoint_interval`: of the Trainer's end-of-epoch checkpoints (`save_strategy="epoch"`), keep every
+    `interval`-th and the last."""
+
+    def __init__(self, interval: int):
+        self.interval = interval
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if round(state.epoch) % self.interval and state.global_step < state.max_steps:
+            control.should_save = False
+
+
+PLACEHOLDER_PROMPT = "(no train_dataset given: MAGRPOTrainer.train() refuses to run on this row)"
+
+
+def _placeholder_rows(args) -> Dataset:
+    """One generation's worth of rows to build GRPOTrainer with when no `train_dataset` is given (CoMLRL needs one
+    only to train); `train()` refuses to run on them."""
+    return Dataset.from_dict({"prompt": [PLACEHOLDER_PROMPT] * (args.generation_batch_size // args.num_generations)})
+
+
+def _identity(reward: float) -> float:
+    return reward
+
+
+def _counted(func: Callable, calls: list[int]) -> Callable:
+    """`func`, counting its completed calls in `calls[0]` (its signature is read through `__wrapped__`)."""
+
+    @functools.wraps(func)
+    def counted(*args, **kwargs):
+        result = func(*args, **kwargs)
+        calls[0] += 1
+        return result
+
+    return counted
+
+
+def _model_name(model) -> str:
+    """CoMLRL's name for a model given in memory: its config's `_name_or_path`, else its `model_type`, else its
+    class's name (a PEFT model's base model's)."""
+    base = getattr(model, "base_model", model) if hasattr(model, "peft_config") else model
+    config = getattr(base, "config", None)
+    return getattr(config, "_name_or_path", None) or getattr(config, "model_type", None) or type(base).__name__
 
 
 def _dataset(dataset):

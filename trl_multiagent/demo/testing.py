@@ -109,3 +109,21 @@ def make_model(
     else:
         raise ValueError(arch)
     return model
+
+
+ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def with_trained_adapter(model, seed: int = 0, target_modules=ALL_PROJECTIONS):
+    """`model` as a PEFT model whose LoRA adapter ("default") is not the identity (random A and B, seeded), as an SFT
+    run leaves one: the start of an SFT-then-RL run.
+
+    >>> agent = with_trained_adapter(make_model(make_tokenizer()))
+    >>> list(agent.peft_config), all(p.abs().sum() > 0 for n, p in agent.named_parameters() if "lora_B" in n)
+    (['default'], True)
+    """
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=list(target_modules), init_lora_weights=False)
+    return get_peft_model(model, config)

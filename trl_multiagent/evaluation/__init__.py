@@ -1,5 +1,6 @@
-"""Evaluate a saved team on held-out prompts: each turn's reward with a 95% confidence interval, the same team with
-its agents in other seats (role swap), and one agent alone at the same token budget (best-of-N).
+"""Evaluate a saved team on held-out prompts: each turn's reward with a 95% confidence interval, the team before
+training (untrained), the same team with its agents in other seats (role swap), and one agent alone at the same token
+budget (best-of-N).
 
     python -m trl_multiagent.evaluation outputs/length_ratio            # right after the main job (its task file)
     python -m trl_multiagent.evaluation outputs/length_ratio --greedy   # greedy decoding, one joint answer per turn
@@ -24,6 +25,10 @@ What it does (`evaluate_team`, which the command calls):
 * **The statistic.** The unit is a held-out prompt. For each prompt and turn, the mean joint reward of that prompt's
   joint answers at that turn; over the prompts, the mean, the 95% confidence interval of the mean (Student t with
   n - 1 degrees of freedom: mean ± t(0.975, n-1) · s / √n, s the sample standard deviation) and n.
+* **Untrained** (`--untrained`, on by default). The same run with the team before training: for adapters, their base
+  without the adapters in every seat; for full weights, the models training started from, one per agent, as the task
+  file's `initial_models` (or `--initial_models`) records them. Without them a full-weight team gets no untrained
+  row, and the report says why.
 * **Role swap** (`--role_swap`, on by default). The same run with the agents in other seats: seat i is played by agent
   (i + 1) mod N, a rotation by one; for two agents, the swap (agent 1 answers first, agent 0 second). Everything else
   (prompts, seed, settings) is equal. A team whose agents learned their roles scores lower swapped.
@@ -39,7 +44,9 @@ What it does (`evaluate_team`, which the command calls):
   reward, as best-of-N does: an oracle baseline, which the team has to beat without one.
 * **The task** (`task`). The reward, the transition, the held-out prompts and their format come from the flags, and
   what the flags leave out from `DIR/evaluation_task.json`, which the training script writes next to its agents
-  (`write_task_file`). The main job (`recipes/length_ratio.py`) writes its own there: the length-ratio reward, its
+  (`write_task_file`). Every argument that needs no import (the folder, the flags, each `module:attribute`'s form, a
+  `.jsonl` prompts file) is checked before the first import (`task.check_task`): importing a module runs its
+  top-level code. The main job (`recipes/length_ratio.py`) writes its own there: the length-ratio reward, its
   feedback transition (the chat form, as it trains with chat prompts) and the held-out prompts of
   `trl_multiagent.demo.examples.HELD_OUT_PROMPTS` (none of them a training prompt). Without a reward or prompts from
   either, the command stops (exit 2) and names both ways. The package names no task of its own.
@@ -57,17 +64,29 @@ from ..prepared_models import CACHE_ENV  # public here: the cache `resolve_base`
 from .cli import main, make_parser
 from .errors import PROG, EvaluationError
 from .report import markdown_table, report_text, write_report
-from .runs import PromptTrees, RunResult, Settings, build_trainer, evaluate_team, rollout, run_best_of_n, run_team
+from .runs import (
+    PromptTrees,
+    RunResult,
+    Settings,
+    build_trainer,
+    evaluate_team,
+    rollout,
+    run_best_of_n,
+    run_team,
+    untrained_team,
+)
 from .saved_team import SavedTeam, find_team, resolve_base, tokenizer_for
 from .statistics import CI_METHOD, CONFIDENCE, Interval, mean_ci, t_cdf, t_quantile
 from .task import (
     TASK_FILE,
     TaskSpec,
+    check_task,
     joint_reward_arity,
     load_callable,
     load_object,
     load_prompts,
     load_task,
+    parse_spec,
     read_task_file,
     resolve_task,
     write_task_file,
@@ -88,6 +107,7 @@ __all__ = [
     "Settings",
     "TaskSpec",
     "build_trainer",
+    "check_task",
     "evaluate_team",
     "find_team",
     "joint_reward_arity",
@@ -99,6 +119,7 @@ __all__ = [
     "make_parser",
     "markdown_table",
     "mean_ci",
+    "parse_spec",
     "read_task_file",
     "report_text",
     "resolve_base",
@@ -109,6 +130,7 @@ __all__ = [
     "t_cdf",
     "t_quantile",
     "tokenizer_for",
+    "untrained_team",
     "write_report",
     "write_task_file",
 ]

@@ -8,6 +8,7 @@ report written and printed; a wrong folder, flag or task exits with status 2 and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -56,6 +57,13 @@ def make_parser() -> argparse.ArgumentParser:
         f"(None: the {TASK_FILE}'s, else auto)",
     )
     task.add_argument("--base_model", default=None, help="the base of adapter agents, instead of the recorded one")
+    task.add_argument(
+        "--initial_models",
+        nargs="+",
+        default=None,
+        help=f"one per agent, the models a full-weight team's training started from: the untrained row (None: the "
+        f"{TASK_FILE}'s initial_models)",
+    )
     run = parser.add_argument_group("rollout")
     run.add_argument("--num_turns", type=int, default=defaults.num_turns)
     run.add_argument("--greedy", action="store_true", help="greedy decoding, one joint answer per turn (K = 1)")
@@ -65,6 +73,12 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=defaults.seed)
     run.add_argument("--batch_size", type=int, default=defaults.batch_size, help="held-out prompts per rollout")
     base = parser.add_argument_group("baselines")
+    base.add_argument(
+        "--untrained",
+        type=_bool,
+        default=True,
+        help="also run the team before training: the adapters' base, or a full-weight team's initial models",
+    )
     base.add_argument("--role_swap", type=_bool, default=True, help="also run with seat i played by agent (i+1) mod N")
     base.add_argument(
         "--best_of_n", type=_bool, default=True, help="also run one agent alone at the same token budget"
@@ -83,22 +97,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         name: getattr(args, name)
         for name in (
             "num_turns", "greedy", "num_generations", "max_new_tokens", "temperature", "seed", "batch_size",
-            "prompt_format", "role_swap", "best_of_n", "single_agent", "max_best_of",
+            "prompt_format", "untrained", "role_swap", "best_of_n", "single_agent", "max_best_of",
         )
     }  # fmt: skip
+    out = args.out or args.output_dir
     try:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise EvaluationError(f"--out {out!r} is a file; give the folder evaluation.json and evaluation.md go in.")
         result = evaluate_team(
             args.output_dir,
             reward=args.reward,
             transition=args.transition,
             prompts=args.prompts,
             base_model=args.base_model,
+            initial_models=args.initial_models,
             progress=not args.no_progress,
             **settings,
         )
     except EvaluationError as err:
         parser.exit(2, f"{PROG}: error: {err}\n")
-    json_path, md_path = write_report(result, args.out or args.output_dir)
+    json_path, md_path = write_report(result, out)
     # The console report (sys.stdout: the package's lint allows print only in its scripts)
     sys.stdout.write(report_text(result) + f"\nWrote {json_path} and {md_path}\n")
     return 0

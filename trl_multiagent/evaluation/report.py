@@ -7,10 +7,11 @@ import json
 import math
 import os
 
+from .runs import UNTRAINED_FROM_BASE
 from .statistics import CI_METHOD
 
 
-RUN_TITLES = {"team": "team", "role_swap": "role swap", "best_of_n": "best-of-N, one agent"}
+RUN_TITLES = {"team": "team", "untrained": "untrained", "role_swap": "role swap", "best_of_n": "best-of-N, one agent"}
 COLUMNS = ["run", "seats", "turn", "mean reward", "± 95% CI", "95% CI", "n", "sampled tokens", "joint answers/prompt"]
 
 
@@ -25,6 +26,12 @@ def markdown_table(result: dict) -> str:
         title = RUN_TITLES.get(name, name)
         if name == "best_of_n":
             title = f"best-of-{run['N']}, agent {run['single_agent']} alone"
+        if name == "untrained":
+            title = (
+                "untrained: base, no adapters"
+                if run["untrained"] == UNTRAINED_FROM_BASE
+                else "untrained: initial models"
+            )
         for turn, interval in run["turns"].items():
             ci = f"[{_number(interval['low'])}, {_number(interval['high'])}]"
             cells = [
@@ -60,6 +67,14 @@ def report_text(result: dict) -> str:
         f"Unit: a held-out prompt (per prompt and turn, the mean joint reward of its joint answers at that turn). "
         f"Interval: {CI_METHOD}. Seats: the agent in each seat (role swap: seat i played by agent (i + 1) mod N).",
     ]
+    untrained = result["runs"].get("untrained")
+    if untrained is not None:
+        lines.append(
+            f"Untrained: {untrained['untrained']}, in seats {' '.join(str(s) for s in untrained['seats'])}: "
+            f"{', '.join(untrained['models'])}. Did training help: compare the team's rows with these."
+        )
+    elif "untrained_skipped" in result:
+        lines.append(f"Untrained: {result['untrained_skipped']}.")
     best = result["runs"].get("best_of_n")
     if best is not None:
         lines.append(

@@ -1,6 +1,6 @@
 """The runs: a `MAGRPOTrainer` built with the saved agents in given seats (eval mode), its own rollout over held-out
-prompts, the team run, the role swap and best-of-N with one agent at the team's sampled tokens, and `evaluate_team`,
-which runs them all (the package docstring says what each run does)."""
+prompts, the team run, the untrained team, the role swap and best-of-N with one agent at the team's sampled tokens,
+and `evaluate_team`, which runs them all (the package docstring says what each run does)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,18 @@ from dataclasses import asdict, dataclass, field
 
 from ..checkpoint import load_adapter_weights
 from .errors import EvaluationError
-from .saved_team import SavedTeam, find_team, tokenizer_for
+from .saved_team import SavedTeam, find_team, resolve_base, tokenizer_for
 from .statistics import CI_METHOD, CONFIDENCE, Interval, mean_ci
-from .task import PROMPT_FORMATS, TASK_FILE, joint_reward_arity, load_task, resolve_task, spec_name
+from .task import (
+    PROMPT_FORMATS,
+    TASK_FILE,
+    TaskSpec,
+    check_task,
+    joint_reward_arity,
+    load_task,
+    resolve_task,
+    spec_name,
+)
 
 
 @dataclass
@@ -30,6 +39,7 @@ class Settings:
     batch_size: int = 4  # held-out prompts per rollout
     # "auto" (chat when the tokenizer has a chat template), "chat" or "plain"; None: the task file's, else "auto"
     prompt_format: str | None = None
+    untrained: bool = True
     role_swap: bool = True
     best_of_n: bool = True
     single_agent: int = 0
@@ -123,8 +133,7 @@ def build_trainer(
             trainer = MAGRPOTrainer(model=[team.bases[s] for s in seats], peft_config=configs, **kwargs)
         built = trainer.team
         for seat, agent in enumerate(seats):
-            name = built.adapter_names[seat] if built.is_shared_base else "default"
-            load_adapter_weights(built.agent(seat), team.agent_dirs[agent], name)
+            load_adapter_weights(built.agent(seat), team.agent_dirs[agent], built.adapter_name(seat))
     trainer.model.eval()
     return trainer
 
@@ -232,6 +241,32 @@ def run_best_of_n(trainer, seats, prompts, settings: Settings, budget: int, prog
     )
 
 
+UNTRAINED_FROM_BASE = "the adapters' base without the adapters"
+UNTRAINED_FROM_TASK = "the models training started from ({}'s initial_models)"
+
+
+def untrained_team(team: SavedTeam, task: TaskSpec) -> tuple[SavedTeam | None, str]:
+    """The team before training, and what it is: for adapters, their base alone in each seat; for full weights, the
+    task's `initial_models` (one per agent). None and the reason when a full-weight team's task records none."""
+    if team.kind != "full":
+        return SavedTeam(team.folder, "full", list(team.bases), [None] * team.num_agents), UNTRAINED_FROM_BASE
+    models = task.initial_models
+    if models is None:
+        return None, (
+            f"no untrained row: the agents are full weights and no initial_models are recorded (give "
+            f"--initial_models, one per agent, or write_task_file(..., initial_models=[...]) in {TASK_FILE})"
+        )
+    if len(models) != team.num_agents:
+        raise EvaluationError(
+            f"{task.label('initial_models')}: {len(models)} initial models {models} for the {team.num_agents} agents "
+            f"in {team.folder!r}; give one per agent."
+        )
+    dirs = [resolve_base(m, task.label("initial_models")) for m in models]
+    return SavedTeam(team.folder, "full", dirs, [None] * team.num_agents), UNTRAINED_FROM_TASK.format(
+        task.file or "--initial_models"
+    )
+
+
 def evaluate_team(
     folder: str,
     *,
@@ -239,15 +274,17 @@ def evaluate_team(
     transition: str | Callable | None = None,
     prompts: str | Sequence | None = None,
     base_model: str | None = None,
+    initial_models: Sequence[str] | None = None,
     progress: bool = True,
     **settings,
 ) -> dict:
     """Evaluate the team saved in `folder` (see the package docstring); returns what `evaluation.json` holds.
 
     `reward`, `transition`, `prompts`: callables / a list, or `module:attribute` strings (prompts also a `.jsonl`
-    path); each one None takes its part from `folder/evaluation_task.json` (see `task`). `settings`: the fields of
-    `Settings` (num_turns, greedy, num_generations, max_new_tokens, temperature, seed, batch_size, prompt_format,
-    role_swap, best_of_n, single_agent, max_best_of).
+    path); each one None takes its part from `folder/evaluation_task.json` (see `task`), as does `initial_models`
+    (the untrained row of a full-weight team). Every argument is checked before the first `module:attribute` is
+    imported. `settings`: the fields of `Settings` (num_turns, greedy, num_generations, max_new_tokens, temperature,
+    seed, batch_size, prompt_format, untrained, role_swap, best_of_n, single_agent, max_best_of).
     """
     settings = Settings(**settings)
     if settings.num_turns < 1:
@@ -260,10 +297,12 @@ def evaluate_team(
     n = team.num_agents
     if settings.best_of_n and not 0 <= settings.single_agent < n:
         raise EvaluationError(f"--single_agent {settings.single_agent}: the team in {folder!r} has agents 0..{n - 1}.")
-    task = resolve_task(folder, reward, transition, prompts, settings.prompt_format)
+    task = resolve_task(folder, reward, transition, prompts, settings.prompt_format, initial_models)
     settings.prompt_format = task.prompt_format
+    check_task(task, folder, settings.num_turns)
+    untrained, untrained_from = untrained_team(team, task) if settings.untrained else (None, "")
     tokenizer = tokenizer_for(team, 0)
-    reward_fn, transition_fn, prompt_list, chat = load_task(task, tokenizer)
+    reward_fn, transition_fn, prompt_list, chat = load_task(task, tokenizer)  # the first import of the task's code
     arity = joint_reward_arity(reward_fn)
     if arity is not None and arity != n:
         raise EvaluationError(
@@ -271,11 +310,6 @@ def evaluate_team(
             f"{arity} lists of completions), but {folder!r} holds {n} agent folders "
             f"({', '.join(os.path.basename(d) for d in team.agent_dirs)}). Give the folder of a {arity}-agent team, "
             f"or a --reward (and --transition) for {n} agents."
-        )
-    if settings.num_turns > 1 and transition_fn is None:
-        raise EvaluationError(
-            f"--num_turns {settings.num_turns} needs --transition (module:function) to write the next turn's prompts "
-            f'(or a "transition" in {os.path.join(folder, TASK_FILE)}).'
         )
     result = {
         "folder": os.path.abspath(folder),
@@ -287,6 +321,7 @@ def evaluate_team(
             "num_prompts": len(prompt_list),
             "chat_prompts": chat,
             "task_file": task.file,
+            "initial_models": task.initial_models,
         },
         "settings": {
             **asdict(settings),
@@ -301,14 +336,20 @@ def evaluate_team(
     }
     k = 1 if settings.greedy else settings.num_generations
     with tempfile.TemporaryDirectory(prefix="trl_multiagent_eval_") as scratch:
-        plans = [("team", list(range(n)))]
+        plans = [("team", team, list(range(n)))]
+        if untrained is not None:
+            plans.append(("untrained", untrained, list(range(n))))
+        elif settings.untrained:
+            result["untrained_skipped"] = untrained_from
         if settings.role_swap and n > 1:
-            plans.append(("role_swap", [(i + 1) % n for i in range(n)]))
-        for name, seats in plans:
+            plans.append(("role_swap", team, [(i + 1) % n for i in range(n)]))
+        for name, agents, seats in plans:
             trainer = build_trainer(
-                team, seats, reward_fn, transition_fn, prompt_list, settings, scratch, k, not settings.greedy
+                agents, seats, reward_fn, transition_fn, prompt_list, settings, scratch, k, not settings.greedy
             )
             result["runs"][name] = run_team(trainer, name, seats, prompt_list, settings, progress).to_json()
+            if name == "untrained":
+                result["runs"][name].update(models=agents.agent_dirs, untrained=untrained_from)
             del trainer
             gc.collect()  # one team in memory at a time
         if settings.best_of_n:

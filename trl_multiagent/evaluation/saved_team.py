@@ -1,5 +1,6 @@
-"""The saved team: `DIR/agent_{i}/` as `trainer.save_model` writes them (full weights or PEFT adapters), how to load
-them, the base each adapter loads on, and each agent's tokenizer."""
+"""The saved team: `DIR/agent_{i}/` as `trainer.save_model` writes them (full weights or PEFT adapters), or one agent
+saved into `DIR` itself (as GRPOTrainer saves its model); how to load them, the base each adapter loads on, and each
+agent's tokenizer."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from .errors import PROG, EvaluationError
 
 @dataclass
 class SavedTeam:
-    """What `DIR/agent_{i}/` holds: `kind` is "full" (weights per agent), "shared_lora" (adapters on one base) or
-    "lora" (adapters on different bases)."""
+    """What `DIR/agent_{i}/` (or, for one agent, `DIR`) holds: `kind` is "full" (weights per agent), "shared_lora"
+    (adapters on one base) or "lora" (adapters on different bases)."""
 
     folder: str
     kind: str
@@ -28,7 +29,8 @@ class SavedTeam:
 
 
 def find_team(folder: str, base_model: str | None = None) -> SavedTeam:
-    """Read `folder`'s `agent_{i}/` folders (i = 0, 1, ... without gaps) and decide how to load them."""
+    """Read `folder`'s `agent_{i}/` folders (i = 0, 1, ... without gaps), or `folder` itself where one agent was saved
+    there (`checkpoint.agent_dirs`), and decide how to load them."""
     if not os.path.isdir(folder):
         raise EvaluationError(
             f"OUTPUT_DIR {folder!r}: no such folder. Give the folder a training run saved its agents in (its "
@@ -40,21 +42,24 @@ def find_team(folder: str, base_model: str | None = None) -> SavedTeam:
         dirs.append(agent_dir(folder, len(dirs)))
     found = {os.path.basename(d) for d in dirs}
     others = sorted(n for n in os.listdir(folder) if n.startswith("agent_") and n not in found)
+    if not dirs and not others and any(_holds_model(folder)):
+        dirs = [folder]  # one agent, saved as GRPOTrainer saves its model
     if not dirs:
         raise EvaluationError(
             f"OUTPUT_DIR {folder!r} has no agent_0/ folder ({'found ' + str(others) if others else 'no agent_* folders'}"
-            "): give the folder `trainer.save_model(...)` or the recipe's `--output_dir` wrote the agents into "
-            "(or one of its `checkpoint-N/` folders)."
+            ") and holds no model of its own (config.json or adapter_config.json): give the folder "
+            "`trainer.save_model(...)` or the recipe's `--output_dir` wrote the agents into (or one of its "
+            "`checkpoint-N/` folders)."
         )
     if others:
         raise EvaluationError(
             f"OUTPUT_DIR {folder!r}: the agent folders must be numbered agent_0 .. agent_(N-1) without gaps; found "
             f"{[os.path.basename(d) for d in dirs]} and also {others}."
         )
-    adapters = [os.path.isfile(os.path.join(d, "adapter_config.json")) for d in dirs]
+    adapters = [_holds_model(d)[1] for d in dirs]
     if not any(adapters):
         for d in dirs:
-            if not os.path.isfile(os.path.join(d, "config.json")):
+            if not _holds_model(d)[0]:
                 raise EvaluationError(
                     f"OUTPUT_DIR {folder!r}: {d!r} holds neither config.json nor adapter_config.json."
                 )
@@ -71,6 +76,11 @@ def find_team(folder: str, base_model: str | None = None) -> SavedTeam:
             recorded = json.load(file).get("base_model_name_or_path")
         bases.append(resolve_base(base_model or recorded, d))
     return SavedTeam(folder, "shared_lora" if len(set(bases)) == 1 else "lora", dirs, bases)
+
+
+def _holds_model(folder: str) -> tuple[bool, bool]:
+    """Whether `folder` holds a model's config.json, and an adapter's adapter_config.json."""
+    return tuple(os.path.isfile(os.path.join(folder, name)) for name in ("config.json", "adapter_config.json"))
 
 
 def resolve_base(base: str | None, adapter: str) -> str:

@@ -4,11 +4,14 @@ out, by the run folder's `evaluation_task.json`, which a training script writes 
 (`write_task_file`; `recipes/length_ratio.py` writes the main job's):
 
     {"reward": "module:function", "transition": "module:function" or null,
-     "prompts": "module:attribute" or "held_out.jsonl", "prompt_format": "chat"}
+     "prompts": "module:attribute" or "held_out.jsonl", "prompt_format": "chat",
+     "initial_models": ["hub/id-or-folder", ...]}
 
 `reward` and `prompts` are required; `transition` is needed for more than one turn; `prompt_format` ("auto", "chat"
-or "plain") defaults to "auto". A relative `.jsonl` path is read from the run folder. The functions and prompts are
-imported when the command runs, so that the core names no task of its own.
+or "plain") defaults to "auto"; `initial_models` (optional) are the models training started from, one per agent: the
+untrained row of a full-weight team. A relative `.jsonl` path is read from the run folder. The functions and prompts
+are imported when the command runs, so that the core names no task of its own; `check_task` checks everything else
+first, since importing a module runs its top-level code.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..prepared_models import prepared_hub_id
 from .errors import EvaluationError
 
 
@@ -28,18 +32,25 @@ TASK_FILE = "evaluation_task.json"
 PROMPT_FORMATS = ("auto", "chat", "plain")
 TASK_EXAMPLE = (
     '{"reward": "module:function", "transition": "module:function" or null, '
-    '"prompts": "module:attribute" or "FILE.jsonl", "prompt_format": "chat"}'
+    '"prompts": "module:attribute" or "FILE.jsonl", "prompt_format": "chat", "initial_models": [...] (optional)}'
 )
+TASK_KEYS = ("reward", "transition", "prompts", "prompt_format", "initial_models")
 
 
-def load_object(spec: str, flag: str) -> Any:
-    """`module:attribute` (dots allowed in both) imported, naming `flag` on a bad spec."""
+def parse_spec(spec: str, flag: str) -> tuple[str, str]:
+    """`module:attribute` split in two (dots allowed in both), naming `flag` on a bad spec; imports nothing."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise EvaluationError(
             f"{flag} {spec!r}: expected `module:attribute` (e.g. `my_task:reward`, with my_task.py importable from "
             "the current folder or installed)."
         )
     module_name, attribute = spec.split(":")
+    return module_name, attribute
+
+
+def load_object(spec: str, flag: str) -> Any:
+    """`module:attribute` imported (the module's top-level code runs), naming `flag` on a bad spec."""
+    module_name, attribute = parse_spec(spec, flag)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # `python -m` puts the current folder first; a plain interpreter may not
     try:
@@ -132,6 +143,7 @@ class TaskSpec:
     prompt_format: str
     file: str | None = None  # the task file, when any part came from it
     labels: dict[str, str] = field(default_factory=dict)
+    initial_models: list[str] | None = None  # per agent, the model its training started from
 
     def label(self, key: str) -> str:
         return self.labels.get(key, f"--{key}")
@@ -150,7 +162,7 @@ def read_task_file(folder: str) -> dict | None:
         raise EvaluationError(f"{path!r}: not JSON ({err}).") from err
     if not isinstance(task, dict):
         raise EvaluationError(f"{path!r}: expected a JSON object like {TASK_EXAMPLE}.")
-    unknown = sorted(set(task) - {"reward", "transition", "prompts", "prompt_format"})
+    unknown = sorted(set(task) - set(TASK_KEYS))
     if unknown:
         raise EvaluationError(f"{path!r}: unknown keys {unknown}; the keys are those of {TASK_EXAMPLE}.")
     for key in ("reward", "transition", "prompts"):
@@ -158,6 +170,11 @@ def read_task_file(folder: str) -> dict | None:
             raise EvaluationError(f"{path!r}: {key!r} must be a string (module:attribute), got {task[key]!r}.")
     if task.get("prompt_format") not in (None, *PROMPT_FORMATS):
         raise EvaluationError(f"{path!r}: 'prompt_format' must be auto, chat or plain, got {task['prompt_format']!r}.")
+    models = task.get("initial_models")
+    if models is not None and not (
+        isinstance(models, list) and models and all(isinstance(m, str) and m for m in models)
+    ):
+        raise EvaluationError(f"{path!r}: 'initial_models' must be a list of model ids or folders, got {models!r}.")
     prompts = task.get("prompts")
     if isinstance(prompts, str) and prompts.endswith(".jsonl") and not os.path.isabs(prompts):
         task["prompts"] = os.path.join(folder, prompts)
@@ -169,11 +186,19 @@ def _is_spec(value) -> bool:
 
 
 def write_task_file(
-    folder: str, *, reward: str, prompts: str, transition: str | None = None, prompt_format: str = "auto"
+    folder: str,
+    *,
+    reward: str,
+    prompts: str,
+    transition: str | None = None,
+    prompt_format: str = "auto",
+    initial_models: Sequence[str] | None = None,
 ) -> str:
     """Write `folder/evaluation_task.json`, the task `python -m trl_multiagent.evaluation folder` evaluates on without
     task flags: `reward` and `transition` as `module:function`, `prompts` as `module:attribute` or a `.jsonl` path
-    (relative to `folder`). A training script calls it next to `trainer.save_model(folder)`; returns the path."""
+    (relative to `folder`), and `initial_models`, the model each agent's training started from (a Hub id or folder;
+    a prepared folder of the embedded model is recorded as its Hub id), for the untrained row of a full-weight team.
+    A training script calls it next to `trainer.save_model(folder)`; returns the path."""
     for key, value in (("reward", reward), ("transition", transition), ("prompts", prompts)):
         valid = _is_spec(value) or (key == "transition" and value is None)
         valid = valid or (key == "prompts" and isinstance(value, str) and value.endswith(".jsonl"))
@@ -185,9 +210,15 @@ def write_task_file(
             )
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"write_task_file: prompt_format must be auto, chat or plain, got {prompt_format!r}.")
+    task = {"reward": reward, "transition": transition, "prompts": prompts, "prompt_format": prompt_format}
+    if initial_models is not None:
+        if isinstance(initial_models, str) or not all(isinstance(m, str) and m for m in initial_models):
+            raise ValueError(
+                f"write_task_file: initial_models must be a list of model ids or folders, got {initial_models!r}."
+            )
+        task["initial_models"] = [prepared_hub_id(m) or m for m in initial_models]
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, TASK_FILE)
-    task = {"reward": reward, "transition": transition, "prompts": prompts, "prompt_format": prompt_format}
     with open(path, "w") as file:
         json.dump(task, file, indent=2)
         file.write("\n")
@@ -200,10 +231,17 @@ def resolve_task(
     transition: str | Callable | None = None,
     prompts: str | Sequence | None = None,
     prompt_format: str | None = None,
+    initial_models: Sequence[str] | None = None,
 ) -> TaskSpec:
     """The task: each part from its flag when given, else from `folder/evaluation_task.json`. Without a reward or
     prompts from either, the error names both ways."""
-    given = {"reward": reward, "transition": transition, "prompts": prompts, "prompt_format": prompt_format}
+    given = {
+        "reward": reward,
+        "transition": transition,
+        "prompts": prompts,
+        "prompt_format": prompt_format,
+        "initial_models": initial_models,
+    }
     task = read_task_file(folder)
     path = os.path.join(folder, TASK_FILE)
     labels, used_file = {}, False
@@ -227,7 +265,29 @@ def resolve_task(
         given["prompt_format"] or "auto",
         path if used_file else None,
         labels,
+        list(given["initial_models"]) if given["initial_models"] is not None else None,
     )
+
+
+def check_task(task: TaskSpec, folder: str, num_turns: int) -> None:
+    """Everything about the task that needs no import, before any: each `module:attribute` spec's form, a `.jsonl`
+    prompts file (read and checked whole), and a transition for more than one turn. Importing a `--reward` module
+    runs its top-level code (a training script without a `__main__` guard trains), so a wrong argument must stop
+    the command first."""
+    for key in ("reward", "transition"):
+        value = getattr(task, key)
+        if isinstance(value, str):
+            parse_spec(value, task.label(key))
+    if isinstance(task.prompts, str):
+        if task.prompts.endswith(".jsonl"):
+            load_prompts(task.prompts, task.label("prompts"))
+        else:
+            parse_spec(task.prompts, task.label("prompts"))
+    if num_turns > 1 and task.transition is None:
+        raise EvaluationError(
+            f"--num_turns {num_turns} needs --transition (module:function) to write the next turn's prompts "
+            f'(or a "transition" in {os.path.join(folder, TASK_FILE)}).'
+        )
 
 
 def load_task(task: TaskSpec, tokenizer) -> tuple:

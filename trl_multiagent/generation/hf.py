@@ -10,7 +10,7 @@ from functools import partial
 
 import torch
 from transformers import GenerationConfig, StopStringCriteria
-from trl.models.utils import _unwrap_model_for_generation, add_hooks, remove_hooks
+from trl.models.utils import _unwrap_model_for_generation, add_hooks, disable_gradient_checkpointing, remove_hooks
 from trl.trainer.utils import pad
 
 from ..update.prefix import prefill_applies, prefilled_cache
@@ -80,12 +80,11 @@ class TransformersGenerator(Generator):
         calls, real_calls = self._calls(agent, prompt_ids, num_generations)
         wrapped = self.wrapped_model()
         with (
-            _unwrap_model_for_generation(
-                wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=False,  # one agent at a time, below
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ),
+            # Checkpointing off here, and back on with the config's kwargs: TRL 1.15's `_unwrap_model_for_generation`
+            # turns it back on without them (1.16 takes `gradient_checkpointing_kwargs`), so it is left nothing to do.
+            disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs),
+            # ZeRO-3: one agent's weights at a time, gathered below
+            _unwrap_model_for_generation(wrapped, self.accelerator, gather_deepspeed3_params=False),
             self.team.acting(agent) as acting_model,
             self._gathered(acting_model, wrapped),
             torch.no_grad(),

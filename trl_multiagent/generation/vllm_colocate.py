@@ -53,17 +53,13 @@ class Engine:
     lora_requests: dict = field(default_factory=dict)  # agent -> LoRARequest serving its current adapter
 
 
-def peft_adapter_name(team, agent: int) -> str:
-    return team.adapter_names[agent] if team.is_shared_base else "default"
-
-
 def check_adapters_servable(team) -> None:
     """vLLM serves LoRA adapters only, and no trained base modules (`modules_to_save`)."""
     for agent in range(team.num_agents):
         module = team.agent(agent)
         if not hasattr(module, "peft_config"):
             continue
-        config = module.peft_config[peft_adapter_name(team, agent)]
+        config = module.peft_config[team.adapter_name(agent)]
         if str(getattr(config, "peft_type", "")) not in ("LORA", "PeftType.LORA"):
             raise ValueError(
                 f"MAGRPOTrainer(use_vllm=True): agent {agent} is a {config.peft_type} adapter; vLLM serves LoRA "
@@ -100,7 +96,7 @@ class VLLMColocateGenerator(VLLMGenerator):
                 self._write_model_folder(module, folder, with_weights=lora)
                 llm_kwargs = {}
                 if lora:
-                    ranks = [module.peft_config[peft_adapter_name(team, a)].r for a in agents]
+                    ranks = [module.peft_config[team.adapter_name(a)].r for a in agents]
                     rank = next(r for r in VLLM_LORA_RANKS if r >= max(ranks))
                     llm_kwargs.update(enable_lora=True, max_loras=len(agents), max_lora_rank=rank)
                 else:
@@ -232,7 +228,7 @@ class VLLMColocateGenerator(VLLMGenerator):
         from vllm.lora.request import LoRARequest
 
         self._lora_ids += 1  # vLLM caches an adapter by its id: each push gets a new one
-        name = peft_adapter_name(self.team, agent)
+        name = self.team.adapter_name(agent)
         folder = os.path.join(engine.folder, f"agent_{agent}_lora_{self._lora_ids}")
         with gathered_parameters(self.team.agent_parameters(agent), self.zero3):
             self.team.agent(agent).save_pretrained(folder, selected_adapters=[name])

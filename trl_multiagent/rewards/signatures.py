@@ -51,7 +51,7 @@ def say_inferred(
             "each agent's completions (TRL's convention)."
         )
         return
-    trl_own = getattr(func, "__module__", "").startswith("trl.")  # TRL's own rewards are per-agent
+    trl_own = (getattr(func, "__module__", None) or "").startswith("trl.")  # TRL's own rewards are per-agent
     if per_agent and not trl_own and num_agents > 1:
         logger.warning_once(
             f"Reward function {name!r} names `completions` or `completion_ids` and takes **kwargs, so it is read as "

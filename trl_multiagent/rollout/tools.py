@@ -35,6 +35,7 @@ from trl.chat_template_utils import (
 from ..environments.calls import call_tools, check_timeout
 from ..environments.faults import EnvironmentLost
 from ..generation.output import Generation
+from ..trl_release import require_newest_trl
 from .tree import local_sync
 
 
@@ -223,6 +224,11 @@ class ToolCalling:
         self.has_tools = [
             bool(self.tools[i]) or any(names[i] for names in world_names) for i in range(len(tokenizers))
         ]
+        if any(self.has_tools):
+            require_newest_trl(
+                "tool calling (tools= or environment_factory=)",
+                "its parse_response types each tool call's arguments with the tool's JSON schema",
+            )
         self.chat_templates = [
             prepare_tokenizer(tok, i) if self.has_tools[i] else None for i, tok in enumerate(tokenizers)
         ]

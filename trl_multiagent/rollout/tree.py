@@ -44,7 +44,7 @@ class Node:
     # [agent][k] per-token log-probs of the sampler, when it reports them (vLLM): the importance-sampling correction
     sampling_logps: list[list[list[float]]] = field(default_factory=list)
     joint_actions: list[int] = field(default_factory=list)  # ids of this node's joint actions
-    terminated: bool = False  # ended by early termination (mean joint reward above the threshold)
+    terminated: bool = False  # ended early: before the last turn, its mean joint reward above the threshold
     # With `environment_factory`, from turn 2: the world its parent joint action left, which each of its joint actions
     # forks (`worlds.Worlds.fork`). None at a root: its joint actions act on pooled instances reset with the row.
     environment: Any = None
@@ -256,7 +256,8 @@ def _score_and_expand(tree, live, new_actions, turn, num_turns, threshold, score
     for n in live:
         node = tree.nodes[n]
         mean_reward = sum(tree.joint_actions[a].reward for a in node.joint_actions) / len(node.joint_actions)
-        node.terminated = threshold is not None and mean_reward > threshold
+        # the last turn's nodes end anyway: none of them ended early, whatever its reward
+        node.terminated = turn < num_turns and threshold is not None and mean_reward > threshold
         if turn < num_turns and not node.terminated:
             kept = keep([tree.joint_actions[a].reward for a in node.joint_actions])
             for j, a in enumerate(node.joint_actions):

@@ -21,6 +21,45 @@ from contextlib import contextmanager
 from torch import nn
 
 
+# GRPOTrainer's name for the frozen copy of an adapter that arrived trained (`AgentTeam.copy_pretrained_adapters`)
+REFERENCE_ADAPTER = "ref"
+
+
+def _adapter_layers(model: nn.Module) -> list[nn.Module]:
+    """The modules of PEFT `model` that hold an active adapter: its tuner layers (LoRA's, ...) and the wrappers of
+    `modules_to_save` and trainable tokens."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    return [m for m in model.modules() if isinstance(m, (BaseTunerLayer, AuxiliaryTrainingWrapper))]
+
+
+def _point_adapters(model: nn.Module, layers: list[nn.Module], name: str) -> None:
+    """Make adapter `name` the one that runs in every layer of PEFT `model`, without touching `requires_grad` (PEFT's
+    `set_adapter` would freeze the others and unfreeze this one). Each layer keeps the form it holds the name in (a
+    list; a string in a `modules_to_save` wrapper)."""
+    for layer in layers:
+        layer._active_adapter = name if isinstance(layer._active_adapter, str) else [name]
+    model.base_model.active_adapter = name
+
+
+def _add_adapter_copy(model: nn.Module, source: str, name: str) -> list[tuple[nn.Parameter, nn.Parameter]]:
+    """Add adapter `name` to PEFT `model`, a frozen copy of adapter `source` (its LoRA weights and `modules_to_save`
+    copies); which parameters train and which adapter runs stay as they were. Returns the (source, copy) parameter
+    pairs."""
+    trainable = {key: p.requires_grad for key, p in model.named_parameters()}
+    model.add_adapter(name, model.peft_config[source])
+    parameters = dict(model.named_parameters())
+    pairs = []
+    for key in [k for k in trainable if f".{source}." in k]:
+        copy = parameters[key.replace(f".{source}.", f".{name}.")]
+        copy.data.copy_(parameters[key].data)
+        pairs.append((parameters[key], copy))
+    for key, p in parameters.items():  # PEFT's `add_adapter` changes which adapters train; put that back
+        p.requires_grad_(trainable.get(key, False))
+    return pairs
+
+
 def _is_peft(module: nn.Module) -> bool:
     try:
         from peft import PeftModel
@@ -46,11 +85,10 @@ class AgentTeam(nn.Module):
         self.agents = nn.ModuleList(agents)
         self.adapter_names = list(adapter_names) if adapter_names else None
         self.reference_adapter_names: list[str] | None = None  # `add_reference_adapters`
+        self.adapters_from_config = False  # the adapters were made from `peft_config` (`team.assembly`), fresh
         self.active = 0
         if self.adapter_names:
-            from peft.tuners.tuners_utils import BaseTunerLayer
-
-            self._tuner_layers = [m for m in agents[0].modules() if isinstance(m, BaseTunerLayer)]
+            self._tuner_layers = _adapter_layers(agents[0])
             self._activate(0)
 
     @classmethod
@@ -71,8 +109,14 @@ class AgentTeam(nn.Module):
 
     @property
     def all_adapters(self) -> bool:
-        """Every agent is an adapter (shared base, or one PEFT model each): its reference is the adapter disabled."""
+        """Every agent is an adapter (shared base, or one PEFT model each): its reference is on the agent itself (the
+        adapter disabled, or a frozen copy of it: `reference`), not a copy of the team."""
         return self.is_shared_base or all(_is_peft(a) for a in self.agents)
+
+    def adapter_name(self, index: int) -> str:
+        """The PEFT adapter that is agent `index` (`agent_{i}` on a shared base, else its model's active one, PEFT's
+        "default" unless the model came with another): the one saved, served to vLLM and loaded on resume."""
+        return self.adapter_names[index] if self.is_shared_base else self.agent(index).active_adapter
 
     def agent(self, index: int) -> nn.Module:
         """The module that acts for agent `index` (the shared PEFT model, or the agent's own model)."""
@@ -88,9 +132,7 @@ class AgentTeam(nn.Module):
     def _activate(self, index: int, reference: bool = False) -> None:
         if self.is_shared_base:
             name = (self.reference_adapter_names if reference else self.adapter_names)[index]
-            for layer in self._tuner_layers:
-                layer._active_adapter = [name]
-            self.agents[0].base_model.active_adapter = name
+            _point_adapters(self.agents[0], self._tuner_layers, name)
         self.active = index
 
     @contextmanager
@@ -105,18 +147,40 @@ class AgentTeam(nn.Module):
 
     @contextmanager
     def reference(self, index: int):
-        """The frozen reference policy of adapter agent `index`: its adapter disabled, or its reference adapter
-        (`add_reference_adapters`)."""
-        if self.reference_adapter_names is None:
-            with self.acting(index) as module, module.disable_adapter():
-                yield module
+        """The frozen reference policy of adapter agent `index`: its adapter disabled; or, where the team has them, its
+        reference adapter on a shared base (`add_reference_adapters`) or the frozen copy of its pretrained adapter
+        (`copy_pretrained_adapters`)."""
+        if self.is_shared_base and self.reference_adapter_names is not None:
+            previous = self.active
+            self._activate(index, reference=True)
+            try:
+                yield self.agent(index)
+            finally:
+                self._activate(previous)
             return
-        previous = self.active
-        self._activate(index, reference=True)
-        try:
-            yield self.agent(index)
-        finally:
-            self._activate(previous)
+        with self.acting(index) as module:
+            if self.is_shared_base or REFERENCE_ADAPTER not in module.peft_config:
+                with module.disable_adapter():
+                    yield module
+                return
+            layers = _adapter_layers(module)
+            routed = [(layer, layer._active_adapter) for layer in layers], module.base_model.active_adapter
+            _point_adapters(module, layers, REFERENCE_ADAPTER)
+            try:
+                yield module
+            finally:
+                for layer, name in routed[0]:
+                    layer._active_adapter = name
+                module.base_model.active_adapter = routed[1]
+
+    def copy_pretrained_adapters(self) -> None:
+        """Give each agent that is a PEFT model of its own a frozen copy of its adapter, named "ref" as GRPOTrainer
+        names it, which `reference` runs: an adapter that arrived trained (SFT, then RL) is its own reference, so that
+        the KL starts at 0 and pulls toward it rather than toward the base. For the KL term only: which parameters
+        train, what is saved, served to vLLM or loaded on resume stay the agent's own adapter's
+        (`adapter_name`)."""
+        for i, agent in enumerate(self.agents):
+            _add_adapter_copy(agent, self.adapter_name(i), REFERENCE_ADAPTER)
 
     def add_reference_adapters(self) -> list[tuple[nn.Parameter, nn.Parameter]]:
         """Give each agent of a shared base a frozen copy of its adapter, `reference_{name}`, which `reference` runs
@@ -124,24 +188,17 @@ class AgentTeam(nn.Module):
         (policy, reference) parameter pairs, every agent's."""
         if not self.is_shared_base:
             raise ValueError(
-                "MAGRPOConfig: sync_ref_model=True with agents that are PEFT models of their own is not supported: "
-                "their reference is the adapter disabled, which cannot be synced. Give one model with `num_agents` and "
-                "`peft_config` (one shared base, one adapter per agent), or full models."
+                "MAGRPOConfig: sync_ref_model=True with agents that are PEFT models of their own is not supported, as "
+                "GRPOTrainer does not support it with a PEFT model: their reference (the adapter disabled, or a frozen "
+                "copy of an adapter that arrived trained) is not synced. Give one model with `num_agents` and "
+                "`peft_config` (one shared base, one adapter per agent), full models, or sync_ref_model=False."
             )
         model = self.agents[0]
-        trainable = {name: p.requires_grad for name, p in model.named_parameters()}
         self.reference_adapter_names = [f"reference_{name}" for name in self.adapter_names]
-        for name, reference in zip(self.adapter_names, self.reference_adapter_names, strict=True):
-            model.add_adapter(reference, model.peft_config[name])
-        parameters = dict(model.named_parameters())
         pairs = []
         for name, reference in zip(self.adapter_names, self.reference_adapter_names, strict=True):
-            for key in [k for k in trainable if f".{name}." in k]:
-                copy = parameters[key.replace(f".{name}.", f".{reference}.")]
-                copy.data.copy_(parameters[key].data)
-                pairs.append((parameters[key], copy))
-        for key, p in parameters.items():  # PEFT's `add_adapter` changes which adapters train; put that back
-            p.requires_grad_(trainable.get(key, False))
+            pairs += _add_adapter_copy(model, name, reference)
+        self._tuner_layers = _adapter_layers(model)
         self._activate(self.active)
         return pairs
 
@@ -182,15 +239,24 @@ class AgentTeam(nn.Module):
 
     def save_pretrained(self, save_directory: str, **kwargs) -> None:
         """One agent: its own `save_pretrained` into `save_directory`, as GRPOTrainer's model; several:
-        `save_directory/agent_{i}/` each (the layout of `trainer.save_model`; a shared base writes each adapter)."""
+        `save_directory/agent_{i}/` each (the layout of `trainer.save_model`; a shared base writes each adapter). An
+        adapter agent writes its own adapter, not the frozen reference copy beside it (`copy_pretrained_adapters`)."""
         if self.num_agents == 1:
-            self.agent(0).save_pretrained(save_directory, **kwargs)
+            self.agent(0).save_pretrained(save_directory, **self._own_adapter(0, kwargs))
             return
         for i in range(self.num_agents):
             if self.is_shared_base:  # PEFT writes a named adapter into `<dir>/<name>/`
                 self.agents[0].save_pretrained(save_directory, selected_adapters=[self.adapter_names[i]], **kwargs)
             else:
-                self.agents[i].save_pretrained(os.path.join(save_directory, f"agent_{i}"), **kwargs)
+                self.agents[i].save_pretrained(
+                    os.path.join(save_directory, f"agent_{i}"), **self._own_adapter(i, kwargs)
+                )
+
+    def _own_adapter(self, index: int, kwargs: dict) -> dict:
+        """`save_pretrained`'s keywords for agent `index`: its own adapter selected, unless the caller chose."""
+        if not _is_peft(self.agent(index)) or "selected_adapters" in kwargs:
+            return kwargs
+        return {**kwargs, "selected_adapters": [self.adapter_name(index)]}
 
     # What Trainer and GRPOTrainer read from "the model". `config` and `generation_config` are the first agent's: they
     # only serve code that expects one (model card, DeepSpeed bucket sizes); per-agent settings are read from each agent.

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.utils import is_peft_available, logging
 
+from ..trl_release import require_fused_head_kernels
 from .agent_team import AgentTeam
 from .reference_sync import reference_sync
 
@@ -63,7 +64,10 @@ def plan_team(model, num_agents, tokenizer, peft_config, trainable_agents, confi
     for spec, label in zip(specs, labels, strict=True):
         _check_spec(spec, label)
     trainable = _trainable_list(trainable_agents, n)
-    shared_base = peft_configs is not None and not several
+    if peft_configs is not None:
+        _check_no_adapter_on_adapter(specs, labels)
+    # Several agents copied from one model share its base, one adapter each; one agent is GRPOTrainer's PEFT model.
+    shared_base = peft_configs is not None and not several and n > 1
     if shared_base and any(getattr(c, "modules_to_save", None) for c in peft_configs):
         raise ValueError(
             "MAGRPOTrainer: a shared-base LoRA team cannot train `modules_to_save` (got "
@@ -91,10 +95,17 @@ def load_tokenizers(plan: TeamPlan, trust_remote_code: bool = False) -> list:
 
 
 def build_team(
-    plan: TeamPlan, tokenizers: list, model_init_kwargs: dict | None = None, resize_embeddings: bool = False
+    plan: TeamPlan,
+    tokenizers: list,
+    model_init_kwargs: dict | None = None,
+    resize_embeddings: bool = False,
+    kl_reference: bool = False,
 ) -> BuiltTeam:
     """Load the agents and assemble the team. `resize_embeddings` grows each agent's embeddings to its tokenizer
-    (tokens added to it, as CoMLRL's `model_config["special_tokens"]`), before any adapter wraps the model."""
+    (tokens added to it, as CoMLRL's `model_config["special_tokens"]`), before any adapter wraps the model. With
+    `kl_reference` (`beta != 0`), agents that arrived as PEFT models with their adapters get a frozen copy of it as
+    their reference (`AgentTeam.copy_pretrained_adapters`), here, where GRPOTrainer adds its "ref" adapter: before the
+    Trainer seeds, so that the copy's initialisation draws nothing from the run's random numbers."""
     models = [_load_agent(spec, label, model_init_kwargs) for spec, label in zip(plan.specs, plan.labels, strict=True)]
     owner = [models[0] if plan.shared_base else models[i] for i in range(plan.num_agents)]  # the model of each agent
     if resize_embeddings:
@@ -106,6 +117,8 @@ def build_team(
         if i not in plan.trainable:
             for p in team.agent_parameters(i):
                 p.requires_grad_(False)
+    if kl_reference and team.all_adapters and not team.adapters_from_config:
+        team.copy_pretrained_adapters()
     return BuiltTeam(team, eos_token_ids)
 
 
@@ -132,8 +145,10 @@ def add_fused_heads(team: AgentTeam, temperature: float, cast_lm_head_to_fp32: b
     """TRL's fused log-prob head on each agent, over the agent's own `forward`. The head keeps the forward it wraps
     in a closure, so a deep copy of a patched agent would still run the original's weights outside the fused path:
     a copy (the reference agents) drops the copied patch and gets a head of its own."""
+    from accelerate import PartialState
     from trl.trainer.utils import add_fused_lm_head
 
+    require_fused_head_kernels(PartialState().device.type)
     for agent in team.agents:
         base = _base(agent)
         base.__dict__.pop("forward", None)
@@ -178,7 +193,10 @@ def build_reference(accelerator, model, args, temperature: float) -> tuple[Agent
     (`reference_sync`; else None).
 
     The reference team is a frozen copy of every agent of the prepared `model`, taken before training, with fused heads
-    of its own; None without a KL term, and for adapter teams (the base, adapter disabled, is the reference).
+    of its own; None without a KL term, and for adapter teams, whose reference is on each agent (`AgentTeam.
+    reference`): the base, adapter disabled, for adapters made fresh from `peft_config`; for PEFT models that arrived
+    with their adapters (trained, say, by SFT), the frozen copy of each adapter that `build_team` added, as
+    GRPOTrainer adds its "ref" adapter.
     """
     team = accelerator.unwrap_model(model)
     reference = None
@@ -251,16 +269,19 @@ def _assemble(models: list, peft_configs: list | None, shared_base: bool) -> Age
             return peft_get_peft_model(model, config, **kwargs)
 
     if not shared_base:
-        return AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs, strict=True)])
-    names = [f"agent_{i}" for i in range(len(peft_configs))]
-    peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
-    for name, config in zip(names[1:], peft_configs[1:], strict=True):
-        peft_model.add_adapter(name, config)
-    # Every adapter trains at once; PEFT leaves only the active one trainable.
-    for param_name, param in peft_model.named_parameters():
-        if any(f".{name}." in param_name for name in names):
-            param.requires_grad_(True)
-    return AgentTeam.shared_base(peft_model, names)
+        team = AgentTeam([get_peft_model(m, c) for m, c in zip(models, peft_configs, strict=True)])
+    else:
+        names = [f"agent_{i}" for i in range(len(peft_configs))]
+        peft_model = get_peft_model(models[0], peft_configs[0], adapter_name=names[0])
+        for name, config in zip(names[1:], peft_configs[1:], strict=True):
+            peft_model.add_adapter(name, config)
+        # Every adapter trains at once; PEFT leaves only the active one trainable.
+        for param_name, param in peft_model.named_parameters():
+            if any(f".{name}." in param_name for name in names):
+                param.requires_grad_(True)
+        team = AgentTeam.shared_base(peft_model, names)
+    team.adapters_from_config = True
+    return team
 
 
 def _trainable_list(trainable_agents, n: int) -> list[int]:
@@ -296,6 +317,21 @@ def _check_spec(spec, label: str) -> None:
             f"MAGRPOTrainer: {label} = {spec!r} could not be loaded: no such folder. Give the folder the model was "
             "saved in (`save_pretrained`), or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
         )
+
+
+def _check_no_adapter_on_adapter(specs: list, labels: list[str]) -> None:
+    """`peft_config` with a model that is already a PEFT model is refused, as GRPOTrainer refuses it: a second adapter
+    would wrap the first, which would go on acting, untrained, under it."""
+    from peft import PeftModel
+
+    for spec, label in zip(specs, labels, strict=True):
+        if isinstance(spec.model if isinstance(spec, _Copy) else spec, PeftModel):
+            raise ValueError(
+                f"MAGRPOTrainer: {label} is a `PeftModel` and `peft_config` was given too, as GRPOTrainer refuses: "
+                "the new adapter would wrap the one the model has. To train the adapter it has, leave `peft_config` "
+                "out (with `beta != 0` its frozen copy is the reference); for a new adapter, first merge and unload "
+                "the existing one (`merge_and_unload()`), and pass that base model with `peft_config`."
+            )
 
 
 def _from_pretrained(load, source: str, what: str, fix: str = ""):

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+
+if TYPE_CHECKING:  # only annotations: the viewer imports this package without torch
+    import torch
 
 
 FORMAT_VERSION = 1

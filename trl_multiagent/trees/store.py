@@ -10,8 +10,6 @@ import os
 import re
 import time
 
-from accelerate.utils import gather_object
-
 from .record import FORMAT_VERSION, tree_records
 from .wandb_table import log_tree_table
 
@@ -54,6 +52,8 @@ class TreeRecorder:
         process) or None."""
         if not self.due(mode, state):
             return None
+        from accelerate.utils import gather_object  # here: `read_step` and `step_files` serve the viewer without torch
+
         local = tree_records(
             tree, returns, credited, advantages, task,
             max_completion_length=self.max_completion_length, max_chars=self.max_chars,
@@ -74,6 +74,8 @@ class TreeRecorder:
             "num_agents": num_agents,
             "num_generations": len(tree.nodes[0].completions[0]) if tree.nodes else 0,
             "num_turns": self.args.num_turns,
+            "discount": self.args.discount,
+            "early_termination_threshold": self.args.early_termination_threshold,
             "reward_names": list(task.joint_reward.names),
             "max_text_chars": self.max_chars,
             "prompts": self._prompts,

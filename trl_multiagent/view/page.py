@@ -117,7 +117,9 @@ TEMPLATE = """<!doctype html>
 <header><h1>Rollout trees · {title}</h1>
 <label>Step <select id="step"></select></label>
 <label>Prompt <select id="prompt"></select></label>
-<span class="legend">return <span id="lo"></span>
+<label>Colour by <select id="measure"><option value="reward">mean joint reward</option>
+<option value="return">mean return</option></select></label>
+<span class="legend" id="colourscale"><span id="measurename"></span> <span id="lo"></span>
 <span class="bar" style="background: linear-gradient(90deg, rgb(215,48,39), rgb(254,224,139), rgb(26,152,80))"></span>
 <span id="hi"></span></span></header>
 <div id="top">
@@ -127,6 +129,19 @@ TEMPLATE = """<!doctype html>
 <svg id="curve" width="356" height="190" xmlns="http://www.w3.org/2000/svg"></svg>
 <div id="curvelegend"></div><div class="muted">Click a point to open that step's trees.</div></div>
 <div class="card"><h2>This step, per turn (every prompt)</h2><table id="turns"></table></div>
+<div class="card" id="legend"><h2>How to read the tree</h2><ul>
+<li id="legend-colour"><b>Colours</b>: a circle (a node) by the mean over its joint actions, a square under it (one
+joint action) by its own value, of what <i>Colour by</i> picks: red the step's lowest, yellow the middle, green the
+highest (the scale in the header); grey: no value. Under each node, <i>rew</i> its mean joint reward and <i>ret</i> its
+mean return.</li>
+<li id="legend-return"><b>Return</b> = reward + discount (<span id="discount"></span>) &times; the mean return of the
+joint actions of the node it continued into; a joint action that nothing continued has its reward as its return. An early turn's return adds up the
+rewards still to come, so with rewards up to 1 a turn-1 return can come close to the number of turns.</li>
+<li id="legend-action"><b>joint action j (a, b)</b>: the node's j-th joint action, made of completion a of agent 0,
+completion b of agent 1 (one index per agent; each agent writes K completions at a node).</li>
+<li id="legend-ended"><b>Dashed ring</b>: the node ended early: before the last turn, its mean joint reward was above
+early_termination_threshold (<span id="threshold"></span>), so no turn followed it. A faded square: a joint action
+that <i>branching</i> did not continue.</li></ul></div>
 </div></div>
 <div id="panel"></div>
 <script type="application/json" id="index">{index}</script>

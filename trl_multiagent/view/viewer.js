@@ -5,7 +5,9 @@
   const INDEX = JSON.parse(document.getElementById("index").textContent);
   const cache = new Map();
   const $ = (id) => document.getElementById(id);
-  const state = { step: null, prompt: 0, node: 0, doc: null, range: [0, 1] };
+  // `measure`: what the colours show, each joint action's "reward" (the default: what a reader compares across turns)
+  // or its "return" (reward plus the discounted future, which grows with the turns still to come)
+  const state = { step: null, prompt: 0, node: 0, doc: null, range: [0, 1], measure: "reward" };
 
   function loadStep(step) {
     if (!cache.has(step)) cache.set(step, JSON.parse(document.getElementById("step-" + step).textContent));
@@ -20,7 +22,7 @@
   const num = (name, v) => `<span class="${name}" data-value="${v === null || v === undefined ? "" : v}">${name} <b>${fmt(v)}</b></span>`;
   const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
 
-  // Low returns red, middle yellow, high green, over the step's range of joint-action returns.
+  // Low values red, middle yellow, high green, over the step's range of the joint actions' `state.measure`.
   const STOPS = [[215, 48, 39], [254, 224, 139], [26, 152, 80]];
   function colour(v) {
     if (v === null || v === undefined) return "#cccccc";
@@ -30,27 +32,43 @@
     const i = Math.min(1, Math.floor(t)), f = t - i, a = STOPS[i], b = STOPS[i + 1];
     return `rgb(${a.map((x, j) => Math.round(x + (b[j] - x) * f)).join(",")})`;
   }
-  function nodeReturn(node) {
-    return mean(node.actions.map((a) => a.return).filter((v) => v !== null));
+  // A node's mean over its joint actions of "reward" or "return"
+  function nodeMean(node, key) {
+    return mean(node.actions.map((a) => a[key]).filter((v) => v !== null && v !== undefined));
   }
+  // The labels under a node: its mean joint reward and its mean return
+  const SHORT = { reward: "rew", return: "ret" };
 
   // ------------------------------------------------------------------ pickers
   function fillSteps() {
     $("step").innerHTML = INDEX.steps.map((s) => `<option value="${s}">step ${s}</option>`).join("");
     $("step").onchange = () => showStep(Number($("step").value));
     $("prompt").onchange = () => showPrompt(Number($("prompt").value));
+    $("measure").onchange = () => {
+      state.measure = $("measure").value;
+      colourRange();
+      drawTree();
+      showNode(state.node);
+    };
+  }
+  function colourRange() {
+    const values = state.doc.prompts.flatMap((p) => p.nodes.flatMap((n) => n.actions.map((a) => a[state.measure]))).filter((v) => v !== null);
+    // a loop, not Math.min(...values): spreading a few hundred thousand arguments overflows the stack
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    state.range = values.length ? [lo, hi] : [0, 1];
+    $("measurename").textContent = state.measure === "reward" ? "joint reward" : "return";
+    $("lo").textContent = fmt(state.range[0]);
+    $("hi").textContent = fmt(state.range[1]);
   }
   function showStep(step) {
     state.step = step;
     state.doc = loadStep(step);
     $("step").value = String(step);
-    const returns = state.doc.prompts.flatMap((p) => p.nodes.flatMap((n) => n.actions.map((a) => a.return))).filter((v) => v !== null);
-    // a loop, not Math.min(...returns): spreading a few hundred thousand arguments overflows the stack
-    let lo = Infinity, hi = -Infinity;
-    for (const v of returns) { if (v < lo) lo = v; if (v > hi) hi = v; }
-    state.range = returns.length ? [lo, hi] : [0, 1];
-    $("lo").textContent = fmt(state.range[0]);
-    $("hi").textContent = fmt(state.range[1]);
+    colourRange();
+    $("discount").textContent = state.doc.discount ?? "not recorded";
+    const threshold = state.doc.early_termination_threshold;
+    $("threshold").textContent = threshold === undefined ? "not recorded" : threshold === null ? "None: no node ends early" : String(threshold);
     $("prompt").innerHTML = state.doc.prompts
       .map((p, j) => {
         const text = p.nodes[0].agents[0].prompt.replace(/\s+/g, " ");
@@ -105,14 +123,17 @@
       parts.push(`<path class="edge${pruned}" d="M${sx},${sy} C${sx},${sy + 30} ${cx(id)},${cy(id) - 40} ${cx(id)},${cy(id) - 12}"/>`);
     });
     nodes.forEach((n, id) => {
-      const r = nodeReturn(n), cls = "node" + (n.terminated ? " terminated" : "");
+      const reward = nodeMean(n, "reward"), ret = nodeMean(n, "return"), cls = "node" + (n.terminated ? " terminated" : "");
       const squares = n.actions
-        .map((a, j) => `<rect class="action${a.pruned ? " pruned" : ""}" x="${cx(id) - (k * 8) / 2 + j * 8}" y="${cy(id) + 18}" width="8" height="8" fill="${colour(a.return)}"><title>joint action ${j}: reward ${fmt(a.reward)}, return ${fmt(a.return)}${a.pruned ? " (pruned)" : ""}</title></rect>`)
+        .map((a, j) => `<rect class="action${a.pruned ? " pruned" : ""}" x="${cx(id) - (k * 8) / 2 + j * 8}" y="${cy(id) + 18}" width="8" height="8" fill="${colour(a[state.measure])}"><title>joint action ${j} (${a.choice.join(", ")}): reward ${fmt(a.reward)}, return ${fmt(a.return)}${a.pruned ? " (pruned)" : ""}</title></rect>`)
         .join("");
+      // the coloured measure first, the other beside it
+      const [first, second] = state.measure === "reward" ? [["reward", reward], ["return", ret]] : [["return", ret], ["reward", reward]];
+      const values = [first, second].map(([key, v], line) => `<text class="value" data-key="${key}" data-value="${v ?? ""}" x="${cx(id)}" y="${cy(id) + 37 + line * 10}" text-anchor="middle">${SHORT[key]} ${v === null ? "–" : v.toFixed(2)}</text>`).join("");
       parts.push(
-        `<g class="${cls}" data-node="${id}"><title>node ${id}, turn ${n.turn}: mean return ${fmt(r)}${n.terminated ? ", ended early" : ""}</title>` +
+        `<g class="${cls}" data-node="${id}"><title>node ${id}, turn ${n.turn}: mean joint reward ${fmt(reward)}, mean return ${fmt(ret)}${n.terminated ? ", ended early" : ""}</title>` +
           (n.terminated ? `<circle class="ring" cx="${cx(id)}" cy="${cy(id)}" r="15"/>` : "") +
-          `<circle class="body" cx="${cx(id)}" cy="${cy(id)}" r="11" fill="${colour(r)}"/><text x="${cx(id)}" y="${cy(id) + 3.5}" text-anchor="middle">${id}</text>${squares}</g>`
+          `<circle class="body" cx="${cx(id)}" cy="${cy(id)}" r="11" fill="${colour(first[1])}"/><text x="${cx(id)}" y="${cy(id) + 3.5}" text-anchor="middle">${id}</text>${squares}${values}</g>`
       );
     });
     const svg = $("tree");
@@ -146,7 +167,7 @@
     const nav = [];
     if (node.parent !== null) nav.push(`<button data-goto="${node.parent.node}">parent: node ${node.parent.node}, joint action ${node.parent.action}</button>`);
     const sib = siblings
-      .map((s) => `<button class="sibling${s === id ? " current" : ""}" data-goto="${s}">node ${s} · return ${fmt(nodeReturn(nodes[s]))}</button>`)
+      .map((s) => `<button class="sibling${s === id ? " current" : ""}" data-goto="${s}">node ${s} · reward ${fmt(nodeMean(nodes[s], "reward"))} · return ${fmt(nodeMean(nodes[s], "return"))}</button>`)
       .join("");
     const prompts = node.agents
       .map((a, i) => `<details class="prompt" data-agent="${i}"><summary>agent ${i}'s prompt (${a.prompt_tokens ?? "?"} tokens)</summary><pre>${esc(a.prompt)}</pre></details>`)
@@ -158,7 +179,7 @@
         const own = a.own_rewards ? `<div class="muted">own rewards ${a.own_rewards.map(fmt).join(", ")}</div>` : "";
         const fate = a.child !== null ? `<button data-goto="${a.child}">continues: node ${a.child}</button>` : a.pruned ? '<span class="tag">pruned</span>' : '<span class="tag">ends</span>';
         return (
-          `<div class="action${a.pruned ? " pruned" : ""}" data-action="${j}" style="border-top: 4px solid ${colour(a.return)}">` +
+          `<div class="action${a.pruned ? " pruned" : ""}" data-action="${j}" style="border-top: 4px solid ${colour(a[state.measure])}">` +
           `<h3><span>joint action ${j} (${a.choice.join(", ")})</span><span class="nav">${fate}</span></h3>` +
           `<div class="nums">${num("reward", a.reward)}${num("return", a.return)}</div><div class="muted">${rewards}</div>${own}${extra}` +
           a.choice.map((k, i) => completionHtml(node.agents[i].completions[k], i, k)).join("") +
@@ -166,10 +187,9 @@
         );
       })
       .join("");
-    const rewards = node.actions.map((a) => a.reward).filter((v) => v !== null);
     $("panel").innerHTML =
-      `<div class="card"><h2>Node ${id} · turn ${node.turn} · mean reward ${fmt(mean(rewards))} · mean return ${fmt(nodeReturn(node))}` +
-      `${node.terminated ? ' <span class="tag warn">ended early (mean reward above the threshold)</span>' : ""}</h2>` +
+      `<div class="card"><h2>Node ${id} · turn ${node.turn} · mean reward ${fmt(nodeMean(node, "reward"))} · mean return ${fmt(nodeMean(node, "return"))}` +
+      `${node.terminated ? ' <span class="tag warn ended">ended early (mean reward above the threshold)</span>' : ""}</h2>` +
       `<div class="nav">${nav.join("")}</div><div class="siblings">siblings: ${sib}</div>${prompts}` +
       `<div class="grid" style="grid-template-columns: repeat(${node.actions.length}, minmax(220px, 1fr))">${actions}</div></div>`;
   }
@@ -189,23 +209,59 @@
     $("turns").innerHTML = `<tr><th>turn</th><th>mean reward</th><th>mean return</th><th>nodes</th><th>ended early</th></tr>${rows.join("")}`;
   }
   const PALETTE = ["#0b5cff", "#d1495b", "#2a9d8f", "#e9a03b", "#6c4ab6", "#555"];
+  // About `count` round values from lo to hi: steps of 1, 2, 5 or 10 times a power of ten, the one giving the count
+  // nearest `count` (whole numbers when `whole`)
+  function ticks(lo, hi, count, whole) {
+    const span = hi - lo, unit = Math.pow(10, Math.floor(Math.log10(span / count)));
+    const near = (m) => Math.abs(span / (unit * m) - count);
+    let step = unit * [1, 2, 5, 10].reduce((best, m) => (near(m) < near(best) ? m : best));
+    if (whole) step = Math.max(1, Math.round(step));
+    const out = [];
+    for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toFixed(10)));
+    return { values: out, decimals: whole ? 0 : Math.max(0, -Math.floor(Math.log10(step))) };
+  }
+  // A series' runs of consecutive logged steps: a step where it has no value (a turn that did not run: every node
+  // ended early before it) breaks the line instead of being bridged.
+  function segments(points, position) {
+    const runs = [];
+    points.forEach((p, i) => {
+      if (i && position.get(p[0]) === position.get(points[i - 1][0]) + 1) runs[runs.length - 1].push(p);
+      else runs.push([p]);
+    });
+    return runs;
+  }
   function drawCurve() {
     const series = INDEX.curve.series, names = Object.keys(series);
-    const svg = $("curve"), W = 356, H = 190, L = 34, B = 20, T = 8, R = 8;
+    const svg = $("curve"), W = 356, H = 190, L = 48, B = 34, T = 8, R = 10;
     const all = names.flatMap((n) => series[n]);
     if (!all.length) { svg.innerHTML = `<text x="10" y="20">no reward values logged</text>`; return; }
-    const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
+    const steps = [...new Set(all.map((p) => p[0]))].sort((a, b) => a - b);
+    const position = new Map(steps.map((s, i) => [s, i]));
     const extent = (vs) => vs.reduce(([a, b], v) => [Math.min(a, v), Math.max(b, v)], [Infinity, -Infinity]);
-    const [[x0, x1], [y0, y1]] = [extent(xs), extent(ys)];
-    const sx = (v) => L + ((v - x0) / Math.max(x1 - x0, 1)) * (W - L - R);
-    const sy = (v) => H - B - ((v - y0) / Math.max(y1 - y0, 1e-9)) * (H - B - T);
-    const parts = [`<line class="axis" x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}"/><line class="axis" x1="${L}" y1="${T}" x2="${L}" y2="${H - B}"/>`,
-      `<text x="2" y="${T + 8}">${fmt(y1).slice(0, 5)}</text><text x="2" y="${H - B}">${fmt(y0).slice(0, 5)}</text>`,
-      `<text x="${L}" y="${H - 4}">step ${x0}</text><text x="${W - R}" y="${H - 4}" text-anchor="end">step ${x1}</text>`];
+    let [[x0, x1], [y0, y1]] = [extent(steps), extent(all.map((p) => p[1]))];
+    if (x1 === x0) { x0 -= 1; x1 += 1; }
+    if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
+    const sx = (v) => L + ((v - x0) / (x1 - x0)) * (W - L - R);
+    const sy = (v) => H - B - ((v - y0) / (y1 - y0)) * (H - B - T);
+    const parts = [`<line class="axis" x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}"/><line class="axis" x1="${L}" y1="${T}" x2="${L}" y2="${H - B}"/>`];
+    const xt = ticks(x0, x1, 6, true), yt = ticks(y0, y1, 5, false);
+    for (const v of xt.values) {
+      parts.push(`<line class="tick" x1="${sx(v)}" y1="${H - B}" x2="${sx(v)}" y2="${H - B + 4}"/><text class="xtick" x="${sx(v)}" y="${H - B + 14}" text-anchor="middle">${v}</text>`);
+    }
+    for (const v of yt.values) {
+      parts.push(`<line class="grid" x1="${L}" y1="${sy(v)}" x2="${W - R}" y2="${sy(v)}"/><text class="ytick" x="${L - 4}" y="${sy(v) + 3}" text-anchor="end">${v.toFixed(yt.decimals)}</text>`);
+    }
+    parts.push(`<text class="axistitle" x="${(L + W - R) / 2}" y="${H - 3}" text-anchor="middle">training step</text>`,
+      `<text class="axistitle" transform="translate(11,${(T + H - B) / 2}) rotate(-90)" text-anchor="middle">mean joint reward</text>`);
     const recorded = new Set(INDEX.steps);
     names.forEach((name, j) => {
       const c = PALETTE[j % PALETTE.length], pts = series[name];
-      parts.push(`<polyline class="line" stroke="${c}" points="${pts.map((p) => `${sx(p[0])},${sy(p[1])}`).join(" ")}"/>`);
+      for (const run of segments(pts, position)) {
+        const attrs = `class="segment" data-series="${esc(name)}" data-steps="${run.map((p) => p[0]).join(" ")}"`;
+        parts.push(run.length > 1
+          ? `<polyline ${attrs} fill="none" stroke-width="1.6" stroke="${c}" points="${run.map((p) => `${sx(p[0])},${sy(p[1])}`).join(" ")}"/>`
+          : `<circle ${attrs} cx="${sx(run[0][0])}" cy="${sy(run[0][1])}" r="2" fill="${c}"/>`);
+      }
       pts.forEach((p) => {
         if (!recorded.has(p[0])) return;
         const cur = p[0] === state.step ? " current" : "";
