@@ -116,7 +116,7 @@ def grow(rows, *, num_agents=2, k=4, turns=2, mode="aligned", threshold=None, re
         joint_mode=mode,
         termination_threshold=threshold,
         agent_prompts=lambda row: [row["prompt"]] * num_agents,
-        generate=lambda agent, prompts, environments: fake_generate(agent, prompts, k),
+        generate=lambda agent, prompts, environments, samples: fake_generate(agent, prompts, samples),
         score=score,
         transition=transition,
     )

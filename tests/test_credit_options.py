@@ -48,7 +48,7 @@ def grow(rows, *, k, turns, reward, num_agents=2, branching="all", top_m=None, t
     return run_rollout(
         rows, num_agents=num_agents, num_generations=k, num_turns=turns, joint_mode="aligned",
         termination_threshold=threshold, agent_prompts=lambda row: [row["prompt"]] * num_agents,
-        generate=lambda agent, prompts, environments: fake_generate(agent, prompts, k), score=score,
+        generate=lambda agent, prompts, environments, samples: fake_generate(agent, prompts, samples), score=score,
         transition=transition, branching=branching, branching_top_m=top_m,
     )  # fmt: skip
 

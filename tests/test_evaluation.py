@@ -74,7 +74,7 @@ class ScriptedTrainer:
     def rollout(self, rows, num_generations):
         assert num_generations == self.k
 
-        def generate(agent, prompts, environments):
+        def generate(agent, prompts, environments, samples):
             ids = [[7] * self.length for _ in range(len(prompts) * self.k)]
             return Generation(prompt_ids=[[1]] * len(prompts), completion_ids=ids, completions=["x"] * len(ids))
 

@@ -220,6 +220,121 @@ def test_trls_echo_pattern_forks_by_replay_on_the_server_for_a_second_turn(games
     assert log["turn_2/rewards/reward_func/mean"] == pytest.approx(0.15)
 
 
+class DealtHanabi:
+    """TRL's OpenEnv pattern on tiny Hanabi whose cards the server deals: with no seed, a random start drawn on the
+    server (as TRL's Catch and Sudoku examples); with the row's `seed`, a repeatable one. Hidden information: reset
+    tells each agent only its own card (one observation per agent)."""
+
+    url = None
+
+    def __init__(self):
+        from openenv.core import GenericEnvClient
+
+        self.client = GenericEnvClient(base_url=self.url, connect_timeout_s=30, message_timeout_s=30).sync()
+        self.client.connect()
+
+    def reset(self, seed=None, **row) -> tuple:
+        result = self.client.reset(**({} if seed is None else {"seed": seed}))
+        self.cards, self.reward, self.done = list(result.observation["cards"]), 0.0, False
+        return tuple(f" You hold card d{card}." for card in self.cards)
+
+    def play(self, action: int) -> str:
+        """Play your move in tiny Hanabi.
+
+        Args:
+            action: Your action: 0, 1 or 2.
+        """
+        result = self.client.step({"action_id": int(action)})
+        self.reward, self.done = float(result.reward or 0.0), result.done
+        return "Played."
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def play_by_own_card(agent, k, text):
+    """Agent 0 plays its card (0 or 1), agent 1 plays 2 minus its card: a move that depends on what its prompt says
+    (None for the pad row a process samples when it has nothing left to continue)."""
+    card = re.search(r"You hold card d(\d)\.", text)
+    if card is None:
+        return None
+    return call("play", action=int(card.group(1)) if agent == 0 else 2 - int(card.group(1)))
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_team_trains_on_a_server_that_deals_its_own_start_each_joint_action_reading_its_own_world(
+    games, hanabi_server, model_dir, tmp_path, script, seeded
+):
+    """Each world's cards are dealt by the server. Each joint action's agents are prompted with their own world's
+    cards (agent i with card i only), and play from them: every reward equals the payoff table's for that world's
+    cards and the moves its prompts led to. A seeded deal gives a row's worlds the same cards and one shared prompt."""
+    DealtHanabi.url = hanabi_server.url
+    script(play_by_own_card)
+    k = 4
+    trainer = MAGRPOTrainer(
+        model=model_dir, num_agents=2, processing_class=make_tool_tokenizer(),
+        reward_funcs=lambda environments, **kwargs: [env.reward for env in environments],
+        environment_factory=DealtHanabi,
+        train_dataset=Dataset.from_dict(
+            {"prompt": [[{"role": "user", "content": "Play tiny Hanabi."}]] * 2, "seed": [5, 6] if seeded else [None] * 2}
+        ),
+        args=MAGRPOConfig(
+            output_dir=str(tmp_path), num_generations=k, per_device_train_batch_size=2 * k, max_steps=1,
+            max_completion_length=96, max_tool_calling_iterations=1, logging_steps=1, report_to="none",
+            save_strategy="no", shuffle_dataset=False, seed=0, early_termination_threshold=None,
+        ),
+    )  # fmt: skip
+    trainer.train()
+    tree = trainer.last_rollout
+    rewards = []
+    for node in tree.nodes:
+        worlds = [tree.joint_actions[a].environment for a in node.joint_actions]
+        for agent in range(2):
+            prompts = [node.prompt(agent, c)[-1]["content"] for c in range(k)]
+            assert prompts == [f"Play tiny Hanabi. You hold card d{w.cards[agent]}." for w in worlds]
+        assert (node.own_prompts is None) == (len({tuple(w.cards) for w in worlds}) == 1)
+        for a, world in zip(node.joint_actions, worlds, strict=True):
+            c0, c1 = world.cards
+            assert tree.joint_actions[a].reward == PAYOFF[c0][c1][c0][2 - c1] == world.reward
+            rewards.append(world.reward)
+    own = [node.own_prompts is not None for node in tree.nodes]
+    # seeded: one deal per row; unseeded: 2 x 4 deals of 4 card pairs, all alike in a row with chance 1/64 each
+    assert own == [False, False] if seeded else any(own)
+    first_prompts = [t for agent in (0, 1) for t in script.seen[agent] if "Play tiny Hanabi" in t]
+    assert len(first_prompts) == (2 * 2 if seeded else 2 * 2 * k)  # 1 prompt x K samples, or K prompts x 1
+    assert trainer.state.log_history[0]["turn_1/rewards/<lambda>/mean"] == pytest.approx(sum(rewards) / (2 * k))
+
+
+def again(prompt, agent_completions, num_agents, **history):
+    return [[{"role": "user", "content": "Again."}]] * num_agents
+
+
+def test_with_two_turns_a_start_dealt_on_the_server_without_a_seed_is_refused_by_name(
+    games, hanabi_server, model_dir, tmp_path, script
+):
+    """A client cannot be copied, DealtHanabi has no `_fork`, and a replay would deal other cards: turn 2's branches
+    cannot get their parents' worlds. Refused, naming the class and what would make it work; by the build-time check
+    when its replay already deals other cards, else at the first fork (1 chance in 4 with 4 card pairs)."""
+    DealtHanabi.url = hanabi_server.url
+    script(play_by_own_card)
+    with pytest.raises(ValueError) as refused:
+        MAGRPOTrainer(
+            model=model_dir, num_agents=2, processing_class=make_tool_tokenizer(),
+            reward_funcs=lambda environments, **kwargs: [env.reward for env in environments],
+            environment_factory=DealtHanabi, external_transition=again,
+            train_dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "Play tiny Hanabi."}]] * 4}),
+            args=MAGRPOConfig(
+                output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=4, max_steps=4, num_turns=2,
+                max_completion_length=96, max_tool_calling_iterations=1, report_to="none", save_strategy="no",
+                early_termination_threshold=None,
+            ),
+        ).train()  # fmt: skip
+    message = str(refused.value)
+    assert "the environment DealtHanabi cannot be forked for the branches of turn 2" in message
+    assert "its reset draws its own start" in message and "a seed in the row" in message
+    assert "DealtHanabi._fork(self)" in message and "With num_turns=1 no fork is needed" in message
+
+
 def test_an_openenv_environment_in_process_is_forked_by_deepcopy(games):
     """`OpenEnvWorld` over the server's own TinyHanabiEnvironment: no HTTP, and a turn-2 fork is a deep copy of the
     real OpenSpiel state. Each branch plays on from its parent's move; the parent and the siblings are untouched."""
@@ -227,7 +342,7 @@ def test_an_openenv_environment_in_process_is_forked_by_deepcopy(games):
 
     worlds = Worlds(openenv_team.HanabiWorld, num_agents=2)
     row = {"card_0": 1, "card_1": 1}
-    (first, second), _ = worlds.start(row, [[{"role": "user", "content": "x"}]] * 2, count=2)
+    (first, second), _, _ = worlds.start(row, [[{"role": "user", "content": "x"}]] * 2, count=2)
     first.play(2)  # agent 0's move in joint action 0
     branches = [worlds.fork(first, turn=2) for _ in range(3)]
     assert worlds.fork_methods == {openenv_team.HanabiWorld: "copy"}

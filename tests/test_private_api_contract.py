@@ -52,6 +52,11 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
 - `GRPOTrainer._get_train_sampler` -- checkpoint.py (wrapped in update/batching.py's `EpochSeededSampler`) -- signature
   `(self, dataset)`; returns TRL's `RepeatSampler`, whose `shuffle`, `seed` and `generator` the wrapper reads, and
   whose order is drawn from `generator` alone (seeding it fixes the order).
+- `GRPOTrainer._env_tools`, `GRPOTrainer._environment_pool` -- trainer.py (set with the same meaning, for TRL's tests
+  and scripts that read them), rollout/tools.py (`ToolCalling.environment_tools`) -- set by `GRPOTrainer.__init__`
+  with `environment_factory`: `_environment_pool` is `{name: [instances]}` (the name None for a single factory),
+  holding the probe alone after `__init__`; `_env_tools` is `{name: tools=, then the probe's public methods but
+  reset and get_reward, bound to it}`.
 - `GRPOTrainer` instance attributes (`accelerator`, `beta`, `chat_template_kwargs`, `generation_kwargs`,
   `is_deepspeed_enabled`, `log_completions`, `loss_type`, `mask_truncated_completions`, `max_completion_length`,
   `model_wrapped`, `num_generations`, `num_generations_eval`, `num_iterations`, `reward_funcs`,
@@ -543,6 +548,75 @@ def test_grpo_trainer_sets_the_attributes_the_subclass_reads(tmp_path):
             "scale_rewards", "temperature", "use_vllm", "vllm_importance_sampling_correction"]  # fmt: skip
     missing = [name for name in read if not hasattr(trainer, name)]
     assert not missing, f"GRPOTrainer no longer sets {missing}"
+
+
+class Counter:
+    def reset(self, **row):
+        return "Count."
+
+    def increment(self, step: int) -> int:
+        """Increment the counter.
+
+        Args:
+            step: Value to add.
+        """
+        return step
+
+    def _helper(self):  # private: not a tool
+        return None
+
+
+class Echo:
+    def reset(self, **row):
+        return "Echo."
+
+    def shout(self, text: str) -> str:
+        """Shout the text.
+
+        Args:
+            text: Text to shout.
+        """
+        return text.upper()
+
+    def get_reward(self) -> float:
+        return 0.0
+
+
+def shout_all(text: str) -> str:
+    """Shout.
+
+    Args:
+        text: Text to shout.
+    """
+    return text.upper()
+
+
+def environment_trainer(tmp_path, trainer_class, config_class, **extra):
+    """A trainer with `tools=[shout_all]` and the two environments above (routed by the `environment` column)."""
+    from trl_multiagent.demo.testing import make_tool_tokenizer
+
+    tokenizer = make_tool_tokenizer()
+    args = config_class(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, report_to="none",
+                        use_cpu=True, bf16=False, max_steps=1)  # fmt: skip
+    return trainer_class(
+        model=make_model(tokenizer, max_positions=2048), reward_funcs=length_reward, args=args, tools=[shout_all],
+        train_dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "go"}]] * 2,
+                                         "environment": ["counter", "echo"]}),
+        processing_class=tokenizer, environment_factory={"counter": Counter, "echo": Echo}, **extra,
+    )  # fmt: skip
+
+
+@contract("trl", "GRPOTrainer._env_tools", "GRPOTrainer._environment_pool", used_in="trainer.py, rollout/tools.py")
+def test_env_tools_are_the_tools_then_the_probes_methods_and_the_pool_holds_the_probe(tmp_path):
+    trainer = environment_trainer(tmp_path, GRPOTrainer, GRPOConfig)
+    pool, tools = trainer._environment_pool, trainer._env_tools
+    assert list(pool) == ["counter", "echo"] and [len(pool[name]) for name in pool] == [1, 1]
+    assert isinstance(pool["counter"][0], Counter) and isinstance(pool["echo"][0], Echo)
+    assert {name: [t.__name__ for t in tools[name]] for name in tools} == {
+        "counter": ["shout_all", "increment"],
+        "echo": ["shout_all", "shout"],
+    }
+    assert tools["counter"][1].__self__ is pool["counter"][0] and tools["echo"][1].__self__ is pool["echo"][0]
 
 
 @contract("trl", "add_fused_lm_head", "forward", used_in="trainer.py, update/prefix.py")

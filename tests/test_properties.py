@@ -45,7 +45,7 @@ def test_random_trees(num_agents, k, turns, mode, threshold, discount, rows, see
     tree = run_rollout(
         [{"prompt": f"p{r}"} for r in range(rows)], num_agents=num_agents, num_generations=k, num_turns=turns,
         joint_mode=mode, termination_threshold=threshold, agent_prompts=lambda row: [row["prompt"]] * num_agents,
-        generate=lambda agent, prompts, environments: fake_generate(agent, prompts, k), score=score, transition=transition,
+        generate=lambda agent, prompts, environments, samples: fake_generate(agent, prompts, samples), score=score, transition=transition,
     )  # fmt: skip
 
     # Tree sizes: K or K**N joint actions per node; a node is expanded iff it is not the last turn and not ended.

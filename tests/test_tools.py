@@ -219,6 +219,42 @@ def test_a_team_acts_on_a_shared_world_and_learns_from_its_reward(tmp_path, monk
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.team.agent(0).parameters(), strict=True))
 
 
+class OpenNotebook(Notebook):
+    agent_tools = None  # TRL's rule: every public method is every agent's tool
+
+
+def test_env_tools_and_the_pool_mean_what_grpo_trainers_do(tmp_path):
+    """`_env_tools` and `_environment_pool`, as TRL's tests read them: for one agent, GRPOTrainer's (tools=, then the
+    probe's methods bound to it; the probe alone in the pool); for a team, every agent's tools, each once."""
+    tokenizer = make_tool_tokenizer()
+    data = Dataset.from_dict({"prompt": PROMPTS, "secret": ["alpha", "beta"]})
+    common = dict(reward_funcs=ids_reward, train_dataset=data, processing_class=tokenizer, tools=[add])
+    model = make_model(tokenizer, max_positions=2048)
+    stock = GRPOTrainer(
+        model=model, args=GRPOConfig(output_dir=str(tmp_path / "stock"), **COMMON), environment_factory=OpenNotebook,
+        **common,
+    )  # fmt: skip
+    one = MAGRPOTrainer(
+        model=[model], args=MAGRPOConfig(output_dir=str(tmp_path / "one"), **COMMON), environment_factory=OpenNotebook,
+        **common,
+    )  # fmt: skip
+    team = MAGRPOTrainer(
+        model=[model, model], args=MAGRPOConfig(output_dir=str(tmp_path / "two"), **COMMON),
+        environment_factory=Notebook, **common,
+    )  # fmt: skip
+
+    def named(trainer):
+        return {name: [tool.__name__ for tool in tools] for name, tools in trainer._env_tools.items()}
+
+    assert named(one) == named(stock) == {None: ["add", "explode", "read", "write"]}
+    # a team: agent 0's (add, write, explode), then what agent 1 adds (read)
+    assert named(team) == {None: ["add", "write", "explode", "read"]}
+    for trainer in (stock, one, team):
+        (probe,) = trainer._environment_pool[None]  # the probe alone after building
+        assert type(probe).__name__.endswith("Notebook") and trainer._env_tools[None][0] is add
+        assert all(tool.__self__ is probe for tool in trainer._env_tools[None][1:])
+
+
 def test_a_chat_template_without_tools_gets_trls_message_and_the_fix(tmp_path):
     tokenizer = make_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

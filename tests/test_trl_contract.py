@@ -1,5 +1,9 @@
-"""TRL's own GRPOTrainer tests pass with MAGRPOConfig/MAGRPOTrainer (one agent) swapped in: the CI subset of
-`tests/trl_contract/run_trl_tests.py` (tests that pass on stock TRL), run offline through the harness.
+"""TRL's own GRPOTrainer tests with MAGRPOConfig/MAGRPOTrainer (one agent) swapped in: the CI subset of
+`tests/trl_contract/run_trl_tests.py` (`ci_subset.txt`: tests that run our code, in the areas TRL users reach: PEFT,
+`beta` and the reference, `sync_ref_model`, the entropy bonus, loss types, `trainer.model`, tools and environments),
+run offline through the harness twice at once: with MAGRPOConfig's defaults, and with GRPOConfig's own activation
+checkpointing (True, which MAGRPOConfig turns off on a CPU). Each test's outcome is asserted, and every difference
+from the recorded stock run (`stock_outcomes.json`: outcome and place of failure) must be in the reviewed list.
 
 The whole file, stock and swapped, is a long run: tests/trl_contract/README.md says how, and what it found."""
 
@@ -7,31 +11,101 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 
 HARNESS = Path(__file__).parent / "trl_contract" / "run_trl_tests.py"
+CI_SUBSET = Path(__file__).parent / "trl_contract" / "ci_subset.txt"
 # TRL's test files, unmodified, beside the repo (shared/trl_tests/tests); TRL_CONTRACT_TESTS_DIR overrides.
 TRL_TESTS = Path(
     os.environ.get("TRL_CONTRACT_TESTS_DIR", Path(__file__).resolve().parents[2] / "shared" / "trl_tests" / "tests")
 )
 
 
-@pytest.mark.slow  # about 4 minutes (and the offline models' first build): CI's slow stage runs it
-def test_trl_grpo_tests_pass_swapped_ci_subset(tmp_path):
+def stated_outcomes() -> dict[str, str]:
+    """ci_subset.txt: `OUTCOME TEST_ID  # AREA` per line."""
+    lines = [line.partition("#")[0].split() for line in CI_SUBSET.read_text().splitlines()]
+    return {words[1]: words[0] for words in lines if words}
+
+
+@pytest.mark.slow  # two harness runs at once (and the offline models' first build): CI's slow stage runs it
+def test_trl_grpo_tests_swapped_ci_subset_each_with_its_outcome(tmp_path):
     if not (TRL_TESTS / "test_grpo_trainer.py").exists():
         pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
-    summary = tmp_path / "summary.json"
-    command = [sys.executable, str(HARNESS), str(TRL_TESTS), "--mode", "swapped", "--subset", "ci"]
-    command += ["--workdir", str(tmp_path / "work"), "--json", str(summary)]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    assets = tmp_path / "assets"  # built once, shared by both runs
+    assets.mkdir()
+    runs = {}
+    for checkpointing in ("ours", "trl"):
+        work = tmp_path / checkpointing
+        work.mkdir()
+        (work / "assets").symlink_to(assets, target_is_directory=True)
+        command = [sys.executable, str(HARNESS), str(TRL_TESTS), "--mode", "swapped", "--subset", "ci",
+                   "--activation-checkpointing", checkpointing, "--workdir", str(work),
+                   "--json", str(work / "summary.json")]  # fmt: skip
+        if checkpointing == "trl":  # once the first run has built the assets (their stamp is written last)
+            deadline = time.monotonic() + 900
+            while not (assets / "assets.json").exists() and runs["ours"][0].poll() is None:
+                assert time.monotonic() < deadline, "the offline assets were not built in 15 minutes"
+                time.sleep(2)
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        runs[checkpointing] = (process, work / "summary.json")
+    stated = stated_outcomes()
+    for checkpointing, (process, summary_file) in runs.items():
+        output = process.communicate(timeout=900)[0][-8000:]
+        assert process.returncode == 0, output
+        summary = json.loads(summary_file.read_text())
+        assert summary["activation_checkpointing"] == checkpointing
+        assert summary["unlisted"] == [] and summary["ci_mismatches"] == [], output
+        outcomes = summary["outcomes"]["swapped"]
+        assert {test_id: outcomes.get(test_id) for test_id in stated} == stated, output
+
+
+def test_the_harness_compares_where_each_test_fails_not_only_whether(tmp_path):
+    """`--from-results` on a swapped run against a stock record: the same test failing at another line of TRL's file
+    is another failure (`elsewhere`), which the list must name as such; failing at the same place is `stock`; passing
+    here where stock fails is `stock-only`, also to be explained. Unexplained ones fail the run (exit 1)."""
+    if not (TRL_TESTS / "test_grpo_trainer.py").exists():
+        pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
+    import trl
+
+    def failed(line):
+        return {"outcome": "failed", "failure": {"when": "call", "exception": "AssertionError", "test_line": line}}
+
+    file = "test_grpo_trainer.py::TestGRPOTrainer::"
+    stock = {f"{file}moved": failed(1880), f"{file}same": failed(1880), f"{file}fixed": failed(900)}
+    record = tmp_path / "stock.json"
+    record.write_text(json.dumps({"versions": {"trl": trl.__version__}, "tests": stock}))
+    swapped = {f"{file}moved": failed(1867), f"{file}same": failed(1880), f"{file}fixed": {"outcome": "passed"}}
+    counts = dict(total=3, ran=3, passed=1, failed=2, error=0, skipped=0, xfailed=0, xpassed=0)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "swapped.json").write_text(
+        json.dumps({"mode": "swapped", "command": None, "wall_seconds": 1, "counts": counts, "tests": swapped})
     )
-    output = done.stdout[-6000:] + done.stderr[-3000:]
-    assert done.returncode == 0, output
-    result = json.loads(summary.read_text())
-    assert result["unlisted"] == [], output
-    counts = result["counts"]["swapped"]
-    assert counts["passed"] >= 40, output
+
+    def compare(listed: str) -> tuple[int, dict, str]:
+        expected = tmp_path / "expected.txt"
+        expected.write_text(listed)
+        command = [sys.executable, str(HARNESS), str(TRL_TESTS), "--mode", "swapped", "--from-results",
+                   "--workdir", str(tmp_path), "--stock-record", str(record), "--expected", str(expected)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        return done.returncode, json.loads((tmp_path / "results" / "summary.json").read_text()), done.stdout
+
+    code, summary, output = compare("[stock: same]\n" + f"{file}moved -- r\n{file}same -- r\n")
+    assert code == 1 and summary["elsewhere"] == [f"{file}moved"] and summary["stock"] == [f"{file}same"]
+    assert summary["stock-only"] == [f"{file}fixed"]
+    assert sorted(summary["unlisted"]) == [f"{file}fixed", f"{file}moved"] and summary["drift"] == [f"{file}moved"]
+    assert "stock: AssertionError at line 1880; swapped: AssertionError at line 1867" in output
+    code, summary, _ = compare(
+        f"[stock: same]\n{file}same -- r\n[elsewhere: moved]\n{file}moved -- r\n[stock-only: fixed]\n{file}fixed -- r\n"
+    )
+    assert code == 0 and summary["unlisted"] == [] and summary["drift"] == []

@@ -71,7 +71,7 @@ def run_calls(worlds, world, calls, timeout=None, any_left=None, generated=None)
 def world():
     Remote.fault = None
     worlds = Worlds(Remote, num_agents=2)
-    (first,), _ = worlds.start({"level": 3}, [[{"role": "user", "content": "go"}]] * 2, count=1)
+    (first,), _, _ = worlds.start({"level": 3}, [[{"role": "user", "content": "go"}]] * 2, count=1)
     yield worlds, first
     Remote.fault = None
 

@@ -46,26 +46,30 @@ def add_call(amount: int) -> dict:
     return {"type": "function", "function": {"name": "add", "arguments": {"amount": amount}}}
 
 
-def fake_generate(seen, worlds):
-    def generate(agent, prompts, environments):
-        k = len(environments) // len(prompts) if prompts else 0
+def fake_generate(seen, worlds, k, prompts_seen=None):
+    """Completion c (of K per node) of agent 0 adds c+1 to its world, agent 1's adds 10(c+1); `prompts_seen`
+    collects each call's (agent, prompts, samples per prompt)."""
+
+    def generate(agent, prompts, environments, samples):
+        if prompts_seen is not None:
+            prompts_seen.append((agent, list(prompts), samples))
         for c, world in enumerate(environments or []):
             call = [add_call(10**agent * (c % k + 1))]  # agent 0 adds 1..K, agent 1 adds 10..10K
             messages, _ = call_tools(call, {tool.__name__: tool for tool in worlds.tools(world, agent)})
             worlds.record(world, agent, call, messages)
             seen.append((agent, id(world)))
-        n = len(prompts) * k
-        return Generation([[1]] * len(prompts), [[2]] * n, ["x"] * n)
+        n = len(prompts) * samples
+        return Generation([[len(p)] for p in prompts], [[2]] * n, ["x"] * n)
 
     return generate
 
 
-def grow(worlds, rows, num_turns=2, k=2, threshold=None):
+def grow(worlds, rows, num_turns=2, k=2, threshold=None, prompts_seen=None):
     seen = []
     tree = run_rollout(
         rows, num_agents=2, num_generations=k, num_turns=num_turns, joint_mode="aligned",
         termination_threshold=threshold, agent_prompts=lambda row: [row["prompt"]] * 2,
-        generate=fake_generate(seen, worlds), score=lambda turn, tree, ids: [0.0] * len(ids),
+        generate=fake_generate(seen, worlds, k, prompts_seen), score=lambda turn, tree, ids: [0.0] * len(ids),
         transition=lambda turn, tree, ids: [["next", "next"]] * len(ids), worlds=worlds,
     )  # fmt: skip
     return tree, seen
@@ -147,7 +151,7 @@ def test_close_is_called_once_per_instance_pooled_or_copied():
 
 def test_reset_receives_the_row_and_its_observation_joins_every_agents_prompt():
     row = {"prompt": [{"role": "user", "content": "count"}], "start": 5, "level": "easy"}
-    (world,), prompts = Worlds(Counter, num_agents=2).start(row, [row["prompt"], row["prompt"]], 1)
+    (world,), prompts, _ = Worlds(Counter, num_agents=2).start(row, [row["prompt"], row["prompt"]], 1)
     assert world.row == row
     assert prompts == [[{"role": "user", "content": "count (counter at 5)"}]] * 2
     assert row["prompt"] == [{"role": "user", "content": "count"}]  # the dataset row is left as it was
@@ -166,20 +170,120 @@ def test_the_resets_of_a_row_draw_the_same_task_from_the_global_random_state():
     random.seed(0)
     task, after = random.randint(1, 10**9), random.random()
     random.seed(0)
-    worlds, prompts = Worlds(Dice, num_agents=2).start({"start": 0}, ["p", "p"], 3)
+    worlds, prompts, own = Worlds(Dice, num_agents=2).start({"start": 0}, ["p", "p"], 3)
     assert [w.target for w in worlds] == [task] * 3 and prompts == [f"p Reach {task}."] * 2
     assert random.random() == after  # the random stream moved on as if the row had one world
 
 
 class Unseeded(Counter):
+    """Draws its own start, as a game served without a seed does: its own generator, not the row's or the global."""
+
     def reset(self, **row):
         super().reset(**row)
-        return f" Reach {random.Random().randint(1, 10**9)}."  # its own generator: unseeded
+        self.target = random.Random().randint(1, 10**9)
+        return f" Reach {self.target}."
 
 
-def test_a_reset_whose_observation_differs_between_joint_actions_is_an_error():
-    with pytest.raises(ValueError, match=r"Unseeded.reset\(\*\*row\) returned .* for joint action 0 .*joint action 1"):
-        Worlds(Unseeded, num_agents=2).start({"start": 0}, ["p", "p"], 2)
+def test_joint_actions_that_start_from_different_observations_each_get_their_own_prompts(caplog):
+    worlds_module.logger.info_once.cache_clear()
+    worlds, asked = Worlds({"own": Unseeded, "seeded": Dice}, num_agents=2), []
+    rows = [{"prompt": "p", "start": 0, "environment": "own"}, {"prompt": "q", "start": 0, "environment": "seeded"}]
+    with caplog.at_level("INFO"):
+        tree, _ = grow(worlds, rows, num_turns=1, k=3, prompts_seen=asked)
+    own, seeded = tree.nodes
+    targets = [tree.joint_actions[a].environment.target for a in own.joint_actions]
+    assert len(set(targets)) == 3  # three worlds, three starts
+    # each joint action's completions were written for its own world's observation, in every agent's prompt
+    assert own.own_prompts == [[f"p Reach {t}." for t in targets]] * 2 and own.prompts == ["p", "p"]
+    assert [tree.action_prompts(a) for a in own.joint_actions] == [[f"p Reach {t}."] * 2 for t in targets]
+    # the seeded row still shares one prompt per agent
+    task = tree.joint_actions[seeded.joint_actions[0]].environment.target
+    assert seeded.own_prompts is None and seeded.prompts == [f"q Reach {task}."] * 2
+    assert {tree.joint_actions[a].environment.target for a in seeded.joint_actions} == {task}
+    # one call per agent: one sample of each completion's prompt (the shared one repeated K times)
+    expected = [f"p Reach {t}." for t in targets] + [f"q Reach {task}."] * 3
+    assert asked == [(0, expected, 1), (1, expected, 1)]
+    assert own.prompt_ids[0] == [[len(p)] for p in expected[:3]] and seeded.prompt_ids[1] == [[len(expected[3])]] * 3
+    # the K completions of a row are still one group: the node has its K joint actions, K completions per agent
+    assert len(own.joint_actions) == 3 and [len(c) for c in own.completions] == [3, 3]
+    with caplog.at_level("INFO"):
+        grow(worlds, rows, num_turns=1, k=3)  # said once
+    assert caplog.text.count("returned different observations for the 3 joint actions of a row") == 1
+    assert "are still one group" in caplog.text
+
+
+def test_a_seeded_reset_keeps_one_prompt_sampled_k_times():
+    asked = []
+    tree, _ = grow(Worlds(Dice, num_agents=2), [{"prompt": "p", "start": 0}], num_turns=1, k=3, prompts_seen=asked)
+    task = tree.joint_actions[0].environment.target
+    assert tree.nodes[0].own_prompts is None
+    assert asked == [(0, [f"p Reach {task}."], 3), (1, [f"p Reach {task}."], 3)]
+
+
+class Cards(Counter):
+    """Hidden information, as in Hanabi: each agent is told only its own card."""
+
+    def reset(self, **row):
+        super().reset(**row)
+        return (
+            (f" You hold {row['cards'][0]}.", None)
+            if row.get("second_blind")
+            else tuple(f" You hold {card}." for card in row["cards"])
+        )
+
+
+def test_a_reset_may_give_each_agent_its_own_observation():
+    (world,), prompts, own = Worlds(Cards, num_agents=2).start({"start": 0, "cards": ["d1", "d0"]}, ["p", "q"], 1)
+    assert prompts == ["p You hold d1.", "q You hold d0."] and own is None
+    row = {"start": 0, "cards": ["d1", "d0"], "second_blind": True}
+    assert Worlds(Cards, num_agents=2).start(row, ["p", "q"], 2)[1] == ["p You hold d1.", "q"]
+    with pytest.raises(ValueError, match=r"Cards.reset\(\*\*row\) returned 3 observations .* for a team of 2"):
+        Worlds(Cards, num_agents=2).start({"start": 0, "cards": ["a", "b", "c"]}, ["p", "q"], 1)
+
+
+class Picture(Counter):
+    def reset(self, **row):
+        super().reset(**row)
+        return [{"type": "text", "text": "a picture"}]  # TRL's content parts: every agent's
+
+
+def test_trls_content_parts_are_every_agents_observation():
+    chat = [{"role": "user", "content": "look"}]
+    _, prompts, _ = Worlds(Picture, num_agents=2).start({"start": 0}, [chat, chat], 1)
+    content = [{"type": "text", "text": "look"}, {"type": "text", "text": "a picture"}]
+    assert prompts == [[{"role": "user", "content": content}]] * 2
+
+
+class LockedUnseeded(Unseeded):
+    def reset(self, **row):
+        self.lock = threading.Lock()  # copy.deepcopy fails
+        return super().reset(**row)
+
+
+class LockedUnseededWithFork(LockedUnseeded):
+    def _fork(self):
+        twin = type(self).__new__(type(self))
+        twin.__dict__.update({k: list(v) if k == "log" else v for k, v in self.__dict__.items() if k != "lock"})
+        twin.lock = threading.Lock()
+        return twin
+
+
+def test_with_several_turns_a_start_that_can_be_neither_copied_nor_replayed_is_refused_by_name():
+    refused = r"LockedUnseeded cannot be forked .* its reset draws its own start.*a seed.*LockedUnseeded._fork\(self\)"
+    with pytest.raises(ValueError, match=refused):  # at build time, by the check
+        Worlds(LockedUnseeded, num_agents=2).check({"start": 0}, ["p", "p"], 2, num_turns=2)
+    with pytest.raises(ValueError, match=refused):  # and in a rollout
+        grow(Worlds(LockedUnseeded, num_agents=2), [{"prompt": "p", "start": 0}], num_turns=2)
+    # one turn needs no fork; a copy or the class's _fork carries each branch's own start on
+    grow(Worlds(LockedUnseeded, num_agents=2), [{"prompt": "p", "start": 0}], num_turns=1)
+    for cls in (Unseeded, LockedUnseededWithFork):
+        tree, _ = grow(Worlds(cls, num_agents=2), [{"prompt": "p", "start": 0}], num_turns=2)
+        for parent in tree.joint_actions[:2]:
+            child = tree.nodes[parent.child]
+            assert child.own_prompts is None and child.prompts == ["next", "next"]  # later turns: the transition's
+            assert {tree.joint_actions[a].environment.target for a in child.joint_actions} == {
+                parent.environment.target
+            }
 
 
 class Unreachable(Counter):
@@ -201,7 +305,7 @@ class Quiet(Counter):
 
 def test_a_dict_of_factories_is_routed_by_the_rows_environment_column():
     worlds = Worlds({"loud": Counter, "quiet": Quiet}, num_agents=2)
-    (world,), prompts = worlds.start({"prompt": "p", "start": 1, "environment": "quiet"}, ["p", "p"], 1)
+    (world,), prompts, _ = worlds.start({"prompt": "p", "start": 1, "environment": "quiet"}, ["p", "p"], 1)
     assert type(world) is Quiet and prompts == ["p", "p"] and "environment" not in world.row
     with pytest.raises(ValueError, match=r"environment='other'.*\['loud', 'quiet'\]"):
         worlds.start({"prompt": "p", "start": 1, "environment": "other"}, ["p", "p"], 1)
@@ -209,8 +313,8 @@ def test_a_dict_of_factories_is_routed_by_the_rows_environment_column():
 
 def test_get_reward_enters_the_joint_reward_under_reward_weights():
     worlds = Worlds(Counter, num_agents=2)
-    (a,), _ = worlds.start({"start": 2}, ["p", "p"], 1)
-    (b,), _ = worlds.start({"start": 7}, ["p", "p"], 1)
+    (a,), _, _ = worlds.start({"start": 2}, ["p", "p"], 1)
+    (b,), _, _ = worlds.start({"start": 7}, ["p", "p"], 1)
 
     def length(c0, c1):
         return [float(len(x + y)) for x, y in zip(c0, c1, strict=True)]
@@ -231,8 +335,8 @@ class AsyncCounter(Counter):
 @pytest.mark.parametrize("loop", EVENT_LOOPS)
 def test_async_get_reward_and_async_rewards_run_under_any_event_loop(loop):
     worlds = Worlds(AsyncCounter, num_agents=2)
-    (a,), _ = worlds.start({"start": 2}, ["p", "p"], 1)
-    (b,), _ = worlds.start({"start": 7}, ["p", "p"], 1)
+    (a,), _, _ = worlds.start({"start": 2}, ["p", "p"], 1)
+    (b,), _, _ = worlds.start({"start": 7}, ["p", "p"], 1)
 
     async def judge(environments, **kwargs):
         await asyncio.sleep(0)
@@ -323,10 +427,14 @@ def test_a_non_deterministic_environment_under_replay_fails_naming_the_class_the
     assert "Make it deterministic" in message and "Flaky._fork(self)" in message
 
 
-def test_the_build_time_check_gives_each_joint_action_its_own_world_and_says_the_fork_method():
+def test_the_build_time_check_resets_the_probe_alone_and_says_the_fork_method():
+    Counted.made = 0
+    worlds = Worlds(Counted, num_agents=2)
+    first, second = worlds.check({"start": 4}, ["p", "p"], 2, num_turns=1)
+    # as GRPOTrainer's pool after building: the probe alone, reset with the row for both placeholder joint actions
+    assert first is second is worlds.pool.instances[None][0] and first.total == 4 and Counted.made == 1
     worlds = Worlds(Locked, num_agents=2)
-    first, second = worlds.check({"start": 4}, ["p", "p"], 2, num_turns=2)
-    assert first is not second and (first.total, second.total) == (4, 4)
+    worlds.check({"start": 4}, ["p", "p"], 2, num_turns=2)
     assert worlds.fork_methods == {Locked: "replay"}
     one_turn = Worlds(Locked, num_agents=2)
     one_turn.check({"start": 4}, ["p", "p"], 2, num_turns=1)
@@ -343,7 +451,7 @@ class Split(Counter):
 
 def test_agent_tools_gives_each_agent_only_its_methods():
     worlds = Worlds(Split, num_agents=2)
-    (world,), _ = worlds.start({"start": 3}, ["p", "p"], 1)
+    (world,), _, _ = worlds.start({"start": 3}, ["p", "p"], 1)
     assert [t.__name__ for t in worlds.tools(world, 0)] == ["add"]
     assert [t.__name__ for t in worlds.tools(world, 1)] == ["peek"]
     assert worlds.tools(world, 1)[0].__self__ is world  # bound to this world

@@ -172,7 +172,7 @@ def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, task) -> li
                 row = {
                     "agent": i,
                     "turn": node.turn,
-                    "prompt": node.prompts[i],
+                    "prompt": node.prompt(i, k),
                     "completion": completion,
                     "advantage": float(advantages[n, i, k]),
                     "rewards": rewards,

@@ -171,6 +171,11 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         # GRPOTrainer's `ref_model` (None for adapters, as GRPOTrainer's with PEFT): a team of one's is the agent's copy
         self.ref_model = None if self.ref_team is None else self.accelerator.unwrap_model(self.ref_team).trainer_model
         self.tools = self.tool_calling.all_tools() if self.tool_calling else []  # GRPOTrainer's: every agent's
+        if self.task.worlds is not None:  # GRPOTrainer's, which TRL's tests read (docs/agents.md, "Environments")
+            self._env_tools, self._environment_pool = (
+                self.tool_calling.environment_tools(),
+                self.task.worlds.pool.instances,
+            )
         if reference_sync is not None:  # sync_ref_model: each agent's reference (a copy, or an adapter) follows it
             self.add_callback(reference_sync)
         self.update_chunk_size = args.update_chunk_size or args.per_device_train_batch_size
@@ -228,7 +233,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             joint_mode=self.args.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
-            generate=lambda agent, prompts, environments: self._generate_for_agent(agent, prompts, k, environments),
+            generate=lambda agent, prompts, worlds, samples: self._generate_for_agent(agent, prompts, samples, worlds),
             score=partial(self.task.score, rows),
             transition=partial(self.task.next_prompts, rows),
             sync=partial(sync_turn, self.accelerator),

@@ -85,7 +85,7 @@ def replay(
     cls = type(world).__name__
     observation = reset(world, journal)
     if observation != journal.observation:
-        raise ReplayMismatch(
+        raise StartMismatch(
             f"MAGRPOTrainer: replaying the environment {cls} for a branch of turn {turn}: reset(**row) returned "
             f"{short_repr(observation)}, but {short_repr(journal.observation)} when the branch began (row "
             f"{short_repr(journal.columns)}). {_DETERMINISTIC.format(cls=cls)}"
@@ -108,10 +108,16 @@ class ReplayMismatch(RuntimeError):
     """A replayed environment did not reach the state it was in: it is not deterministic."""
 
 
+class StartMismatch(ReplayMismatch):
+    """A replayed environment's reset, with the row and the global random state of the first, returned another
+    observation: it draws its own start."""
+
+
 _DETERMINISTIC = (
     "{cls} cannot be copied (copy.deepcopy fails and it has no _fork), so each branch's world is rebuilt by "
     "resetting a pooled instance with the row and replaying the branch's tool calls in order, which needs a "
     "deterministic environment: the same row and calls give the same results. Make it deterministic (draw its "
-    "randomness from the row, or from Python's or NumPy's global random state, which replay restores for reset), or "
+    "randomness from the row, e.g. a seed column passed on to a server's reset, or from Python's or NumPy's global "
+    "random state, which replay restores for reset), or "
     "define {cls}.__deepcopy__(self, memo) or {cls}._fork(self) to return a new instance in the same state."
 )

@@ -55,7 +55,10 @@ class OpenEnvWorld:
     Hooks a subclass may override (private, so that they are not tools):
         `_reset_arguments(row)`: the keyword arguments of ``environment.reset`` for a dataset row (by default the
             row's ``seed`` column, when it has one).
-        `_observe(observation)`: the text `reset` returns (added to each agent's first prompt, TRL's rule), or None.
+        `_observe(observation)`: the text `reset` returns (added to each agent's first prompt, TRL's rule), or None;
+            or one text per agent (a tuple: hidden information, each agent told only what it sees). Without a seed in
+            the row the environment may draw its own start: each joint action is then prompted with its own world's
+            observation (`worlds.Worlds.start`), and a later turn's fork copies the drawn state.
 
     State, for rewards and transitions: `observation` (the last one), `reward` (the sum of the rewards of the
     episode's steps, what `get_reward` returns: TRL's reward column named after the class), `done`, `steps`.

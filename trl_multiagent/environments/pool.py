@@ -56,7 +56,9 @@ class WorldPool:
     def close(self) -> None:
         """Close every instance, pooled or copied, once. The pool is then empty: a later rollout makes new ones."""
         everything = [world for pool in self.instances.values() for world in pool] + self.copies
-        self.instances, self.copies = {name: [] for name in self.factories}, []
+        for pool in self.instances.values():  # emptied in place: the trainer's `_environment_pool` is this dict
+            pool.clear()
+        self.copies = []
         self.taken = dict.fromkeys(self.factories, 0)
         close_each(everything)
 

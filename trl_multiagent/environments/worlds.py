@@ -13,6 +13,11 @@ What a team adds:
   action's agents act on it in turn. From turn 2, joint action k of a node acts on its own fork of the world its parent
   joint action left (`environments.forks`: ``copy.deepcopy``, else the class's ``_fork()``, else replay of the branch's tool
   calls on a reset instance).
+* **Each joint action's observation.** ``reset`` may return one observation for every agent (TRL's), or one per agent
+  (a tuple, or a list of strings: hidden information, agent i's added to agent i's prompt only). When the K resets of
+  a row return the same observations the joint actions share one prompt per agent (K samples of it); when they differ
+  (an environment that draws its own start, as TRL's OpenEnv games do) each joint action's prompts hold its own
+  world's observations, as GRPOTrainer gives each completion its own, and the K completions stay one group.
 * **Closed once.** Every instance made (pooled, copied or forked) that defines ``close()`` is closed once: copies when
   the next rollout starts, the pool at the end of training or on an error.
 * **Per-agent tools.** A class attribute ``agent_tools``, one list of method names per agent (or a dict from agent
@@ -39,7 +44,7 @@ What a team adds:
 ...         '''Read the shared notebook.'''
 ...         return " | ".join(self.notes)
 >>> worlds = Worlds(Notebook, num_agents=2)
->>> (first, second), prompts = worlds.start({"prompt": "hi"}, ["hi", "hi"], count=2)  # two joint actions of turn 1
+>>> (first, second), prompts, _ = worlds.start({"prompt": "hi"}, ["hi", "hi"], count=2)  # two joint actions, turn 1
 >>> [tool.__name__ for tool in worlds.tools(first, 0)], [tool.__name__ for tool in worlds.tools(first, 1)]
 (['write'], ['read'])
 >>> _ = first.write("x")
@@ -65,7 +70,7 @@ from transformers.utils import logging
 from ..callables import short_repr
 from .calls import call_tools
 from .faults import EnvironmentLost, is_lost
-from .forks import FORK_HOOK, Journal, Round, random_state, replay, set_random_state
+from .forks import FORK_HOOK, Journal, Round, StartMismatch, random_state, replay, set_random_state
 from .pool import WorldPool
 
 
@@ -137,6 +142,9 @@ class Worlds:
         self.reward_funcs: list[Callable] = []
         self.fork_methods: dict[type, str] = {}  # per world class: "copy", "hook" or "replay", once known
         self.journals: dict[int, tuple[Any, Journal]] = {}  # id(world) -> (world, journal), for this rollout's worlds
+        # the classes whose resets of one row returned different observations: they draw their own start, which
+        # replay cannot repeat
+        self.own_starts: set[type] = set()
         self.pool = WorldPool(factories)
         made_here = _made_here.get()
         if made_here is not None:
@@ -185,12 +193,16 @@ class Worlds:
         self.journals = {}
         self.pool.release()
 
-    def start(self, row: dict, prompts: list, count: int) -> tuple[list, list]:
+    def start(self, row: dict, prompts: list, count: int) -> tuple[list, list, list | None]:
         """The worlds of a row's `count` joint actions in turn 1: pooled instances, each reset with the row's columns
-        (less the routing column), and the first prompts with the reset's observation added to each agent's last user
-        message. The joint actions of a row share their prompts, so each reset starts from the same global random
-        state (Python's and NumPy's: an environment that draws its task from them draws the same one) and must return
-        the same observation."""
+        (less the routing column), and each agent's first prompt with the reset's observation added to its last
+        message (TRL's rule; `observations_per_agent` reads a reset that gives each agent its own).
+
+        Each reset starts from the same global random state (Python's and NumPy's: an environment that draws its task
+        from them, or from the row, draws the same one for every joint action), and the state moves on as if the row
+        had one world. Returns the worlds, each agent's prompt, and None when every reset returned the same
+        observation (the joint actions share one prompt per agent); else, as TRL gives each completion its own
+        world's observation, `prompts` as given and each agent's prompt per joint action (`[agent][k]`)."""
         name = self.route(row)
         columns = {k: v for k, v in row.items() if k != "environment"} if self.routed else row
         before = random_state()
@@ -205,19 +217,16 @@ class Worlds:
             self.journals[id(world)] = (world, replace(journal, observation=observation))
         if after is not None:
             set_random_state(after)
-        for k, observation in enumerate(observations[1:], start=1):
-            if observation != observations[0]:
-                cls = type(worlds[0]).__name__
-                raise ValueError(
-                    f"MAGRPOTrainer: {cls}.reset(**row) returned {short_repr(observations[0])} for joint action 0 of the "
-                    f"row {short_repr(row)}, and {short_repr(observation)} for joint action {k}. The {count} joint actions of "
-                    "a row share one prompt per agent, so reset must return the same observation for the same row: "
-                    "draw its randomness from the row's columns, or from Python's or NumPy's global random state "
-                    "(each reset of a row starts from the same one)."
-                )
-        if not observations or observations[0] is None:
-            return worlds, prompts
-        return worlds, [with_observation(prompt, observations[0]) for prompt in prompts]
+        per_agent = [
+            observations_per_agent(o, self.num_agents, type(w)) for o, w in zip(observations, worlds, strict=True)
+        ]
+        if all(o == observations[0] for o in observations[1:]):
+            return worlds, with_observations(prompts, per_agent[0] if per_agent else None), None
+        cls = type(worlds[0])
+        self.own_starts.add(cls)
+        logger.info_once(_OWN_START_SAID.format(cls=cls.__name__, count=count))
+        own = [with_observations(prompts, observation) for observation in per_agent]  # [k][agent]
+        return worlds, list(prompts), [[own[k][i] for k in range(count)] for i in range(self.num_agents)]
 
     def _reset(self, world, journal: Journal) -> tuple[Any, tuple]:
         """`world.reset(**columns)` from the journal's global random state: its observation and the random state it
@@ -250,6 +259,11 @@ class Worlds:
             except Exception as err:
                 why = f"copy.deepcopy raised {type(err).__name__}: {err}"
                 method = "hook" if callable(getattr(world, FORK_HOOK, None)) else "replay"
+        unreplayable = _UNREPLAYABLE.format(
+            cls=cls.__name__, why=why or "as it did for an earlier world of the class", hook=FORK_HOOK, turn=turn
+        )
+        if method == "replay" and cls in self.own_starts:
+            raise ValueError(unreplayable)
         if method == "hook":
             forked = getattr(world, FORK_HOOK)()
         if forked is world:
@@ -262,7 +276,11 @@ class Worlds:
             forked = self.pool.take(journal.name)
             lost = partial(self._lost, cls, journal, None)  # a replayed call whose world is gone ends the rollout
             call = partial(self.call_tools, lost=lost)
-            replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, call, turn)
+            try:
+                replay(forked, journal, lambda w, j: self._reset(w, j)[0], self._tool_dict, call, turn)
+            except StartMismatch as err:  # the same row gave another start: no replay can rebuild the world
+                self.own_starts.add(cls)
+                raise ValueError(f"{unreplayable} ({err})") from err
         else:
             self.pool.adopt(forked)
         if self.fork_methods.get(cls) != method:  # the first fork of the class, or a copy that failed this time
@@ -313,13 +331,15 @@ class Worlds:
         return "" if entry is None else f"on the row {short_repr(entry[1].columns)}, turn {entry[1].turn}"
 
     def check(self, row: dict, prompts: list, count: int, num_turns: int) -> list:
-        """Before any generation: the worlds of `count` joint actions on `row` (distinct pooled instances, each reset
-        with the row, as in turn 1), and with several turns one fork, so that the class's fork method is known (and
-        said) before training. Returns the worlds; `release` gives them back."""
-        worlds, _ = self.start(row, prompts, count)
+        """Before any generation: a world for each of `count` placeholder joint actions on `row`: the pool's first
+        instance (the probe), reset with the row, for all of them, so that building the trainer constructs no
+        instance beyond the probe, as GRPOTrainer's pool; with several turns, one fork of it, so that the class's fork
+        method is known (and said) before training, and a start that can be neither copied nor replayed is refused
+        (a replayed reset that deals another start). Returns the worlds; `release` gives them back."""
+        (world,), _, _ = self.start(row, prompts, 1)
         if num_turns > 1:
-            self.fork(worlds[0], 2)
-        return worlds
+            self.fork(world, 2)
+        return [world] * count
 
     def close(self) -> None:
         """Close every instance made (pooled or copied) that defines `close()`, once each."""
@@ -341,6 +361,26 @@ _FORK_SAID = {
 }
 
 
+_OWN_START_SAID = (
+    "MAGRPOTrainer: {cls}.reset(**row) returned different observations for the {count} joint actions of a row (it "
+    "draws its own start, not from the row or the global random state). As in GRPOTrainer, which gives each "
+    "completion its own environment and observation, each joint action's first prompts hold its own world's "
+    "observation, and generation samples one completion per prompt; the row's {count} joint actions are still one "
+    "group (each advantage is relative to the others of its row). A reset seeded from the row gives them one shared "
+    "prompt."
+)
+
+_UNREPLAYABLE = (
+    "MAGRPOTrainer: the environment {cls} cannot be forked for the branches of turn {turn}: copy.deepcopy fails "
+    "({why}), it defines no {hook}(self), and replay (resetting a pooled instance with the row, then running the "
+    "branch's calls again) cannot rebuild its world, because its reset draws its own start: it returned different "
+    "observations for the same row (a game dealt on a server without a seed, say). With num_turns > 1, make its start "
+    "repeatable (reset from a seed in the row, e.g. a `seed` column passed on to the server's reset, or from Python's "
+    "or NumPy's global random state, which each reset of a row starts from), or define {cls}.{hook}(self) or "
+    "{cls}.__deepcopy__(self, memo) returning a new instance in the same state (a new session that continues the "
+    "game, say). With num_turns=1 no fork is needed and it trains as it is."
+)
+
 _LOST = (
     "Its server died or stopped answering (`trl_multiagent.environments.faults`), and the world's state with it, so the "
     "rollout stops here on every process, before this step's update: the checkpoints saved so far are whole. Restart "
@@ -350,6 +390,33 @@ _LOST = (
 
 def _call_name(call: dict) -> str | None:
     return call.get("function", {}).get("name")
+
+
+def observations_per_agent(observation, num_agents: int, cls: type) -> list:
+    """`reset`'s result as one observation per agent. A tuple, or a list whose items are not content parts (dicts),
+    gives each agent its own (hidden information: agent i's is added to agent i's prompt only); anything else (a
+    string, None, TRL's list of content parts) is every agent's."""
+    if isinstance(observation, tuple) or (
+        isinstance(observation, list) and observation and not any(isinstance(o, dict) for o in observation)
+    ):
+        if len(observation) != num_agents:
+            raise ValueError(
+                f"MAGRPOTrainer: {cls.__name__}.reset(**row) returned {len(observation)} observations "
+                f"({short_repr(observation)}), one per agent, for a team of {num_agents}. Return one per agent (a list or "
+                "tuple, None for an agent that gets none), or one string for every agent."
+            )
+        return list(observation)
+    return [observation] * num_agents
+
+
+def with_observations(prompts: list, observations: list | None) -> list:
+    """Each agent's prompt with its own observation added (TRL's rule, `with_observation`); None adds nothing."""
+    if observations is None:
+        return list(prompts)
+    return [
+        prompt if observation is None else with_observation(prompt, observation)
+        for prompt, observation in zip(prompts, observations, strict=True)
+    ]
 
 
 def with_observation(prompt, observation):

@@ -44,19 +44,31 @@ class VLLMServerGenerator(VLLMGenerator):
         accelerator.wait_for_everyone()
 
     def _sample(self, agent, prompt_ids, num_generations, greedy):
-        counts = gather_object([len(prompt_ids)])
+        asks = gather_object([(len(prompt_ids), num_generations)])  # per process: its prompts, samples of each
         all_prompts = gather_object(prompt_ids)
+        # Processes may ask for different sample counts (one whose worlds gave each completion its own prompt asks
+        # for 1): the request then sends each prompt once per sample, with n=1.
+        n = num_generations
+        if len({samples for _, samples in asks}) > 1:
+            n, sizes = 1, [count for count, _ in asks]
+            starts = [sum(sizes[:p]) for p in range(len(asks))]
+            all_prompts = [
+                ids
+                for start, (count, samples) in zip(starts, asks, strict=True)
+                for ids in all_prompts[start : start + count]
+                for _ in range(samples)
+            ]
         payload = [None]
         if self.accelerator.is_main_process:
-            request, extra = self._request(agent, num_generations, greedy)
+            request, extra = self._request(agent, n, greedy)
             output = self.clients[agent].generate(prompts=all_prompts, **request, generation_kwargs=extra)
             logps = output.get("logprobs")
             # One log-prob per token (the sampled one) when `logprobs=0`.
             logps = None if logps is None else [[lp[0] if isinstance(lp, list) else lp for lp in row] for row in logps]
             payload = [(output["completion_ids"], logps)]
         broadcast_object_list(payload, from_process=0)
-        completion_ids, logps = (self._repeat_greedy(rows, num_generations, greedy) for rows in payload[0])
-        start = sum(counts[: self.accelerator.process_index]) * num_generations
+        completion_ids, logps = (self._repeat_greedy(rows, n, greedy) for rows in payload[0])
+        start = sum(count * samples for count, samples in asks[: self.accelerator.process_index])
         share = slice(start, start + len(prompt_ids) * num_generations)
         return completion_ids[share], None if logps is None else logps[share]
 

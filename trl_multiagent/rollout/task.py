@@ -125,9 +125,8 @@ class TeamTask:
                 for i in range(self.num_agents)
             ]
             worlds = [a.environment for a in actions]
-            keywords = self.reward_keywords(
-                [rows[node.row] for node in nodes], [node.prompts for node in nodes], worlds
-            )
+            prompts = [tree.action_prompts(a) for a in action_ids]
+            keywords = self.reward_keywords([rows[node.row] for node in nodes], prompts, worlds)
             keywords["log_extra"] = partial(self._log_extra, action_ids)
             messages = None
             if nodes and nodes[0].messages:  # the agents had tools: TRL's rewards get their messages
@@ -136,7 +135,7 @@ class TeamTask:
                     for i in range(self.num_agents)
                 ]
             rewards, per_func, per_agent = self.joint_reward(completions, turn, keywords, ids, messages)
-            warn_unscored(per_func, rows, nodes, answers, turn)
+            warn_unscored(per_func, rows, nodes, prompts, answers, turn)
             if self.joint_reward.normalize_then_sum:  # what credit learns from; `reward` stays on the user's scale
                 normalized = self.joint_reward.normalized_sum(per_func, [a.node for a in actions])
                 for action, value in zip(actions, normalized, strict=True):
@@ -175,8 +174,8 @@ class TeamTask:
 
     def check_functions(self, row: dict, prompts: list, num_turns: int) -> None:
         """Call the reward and the transition once with placeholder answers (the row's first `prompts`), before any
-        generation. With an environment, each placeholder joint action gets its own world, as in turn 1: a pooled
-        instance reset with the row (`Worlds.check`); they go back to the pool afterwards."""
+        generation. With an environment, the placeholder joint actions act on the pool's first instance, reset with
+        the row (`Worlds.check`); it goes back to the pool afterwards."""
         count = PLACEHOLDER_JOINT_ACTIONS
         answers = [[PLACEHOLDER_ANSWER] * count for _ in range(self.num_agents)]
         ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
@@ -281,14 +280,14 @@ def _placeholder_call(function: str):
         raise
 
 
-def warn_unscored(per_func: list, rows: list[dict], nodes: list, answers: list, turn: int) -> None:
+def warn_unscored(per_func: list, rows: list[dict], nodes: list, prompts: list, answers: list, turn: int) -> None:
     """TRL's warning when every reward function returned None for a joint answer (its reward counts as 0 here)."""
     unscored = [j for j in range(len(answers)) if per_func and all(values[j] is None for values in per_func)]
     if unscored:
         j = unscored[0]
         logger.warning(
             f"All reward functions returned None for the following kwargs:\n{{'row': {_short_row(rows[nodes[j].row])}, "
-            f"'turn': {turn}, 'prompts': {nodes[j].prompts!r}, 'completions': {answers[j]!r}}}\nPlease ensure that at "
+            f"'turn': {turn}, 'prompts': {prompts[j]!r}, 'completions': {answers[j]!r}}}\nPlease ensure that at "
             f"least one reward function returns a valid reward. ({len(unscored)} joint answer(s) of turn {turn}; "
             "MAGRPOTrainer gives each a joint reward of 0.)"
         )

@@ -243,6 +243,16 @@ class ToolCalling:
                 tools += [getattr(cls, name) for names in per_agent for name in names]
         return list(dict.fromkeys(tools))
 
+    def environment_tools(self) -> dict[Any, list[Callable]]:
+        """GRPOTrainer's `_env_tools`: per environment (its routing key; None for a single factory), the tools a
+        completion acting on it may call: `tools=`, then the environment's methods bound to its probe (the pool's
+        first instance). For a team, those of every agent, each once, in agent order (`agent_tools` gives each agent
+        its share)."""
+        return {
+            name: list(dict.fromkeys(t for agent in range(len(self.tools)) for t in self.agent_tools(agent, pool[0])))
+            for name, pool in self.worlds.pool.instances.items()
+        }
+
     def agent_tools(self, agent: int, world: Any) -> list[Callable]:
         """What agent `agent` may call in a completion acting on `world` (None: no environment)."""
         from_world = self.worlds.tools(world, agent) if world is not None else []

@@ -5,6 +5,11 @@ every live node of every row (batched generation), scores every joint action of 
 the nodes whose mean joint reward is above the early-termination threshold, keeps the joint actions that `branching`
 continues (every one, the best, or the top m by joint reward), and asks `transition` for the next prompts of each of
 them. The trainer supplies the three callables; tests supply fakes.
+
+A node's K completions per agent share one prompt (K samples of it), except where an environment's `reset` gave the K
+joint actions of a row different observations (it draws its own start, as TRL lets it): each completion then has its
+own first prompt (`Node.own_prompts`), and that turn's generation takes one sample of each of the K prompts. The K
+completions stay one group, as in GRPOTrainer.
 """
 
 from __future__ import annotations
@@ -25,9 +30,15 @@ class Node:
 
     row: int  # index of the dataset row (in the rollout batch) this tree grows from
     turn: int  # 1-based
-    prompts: list  # one prompt per agent: text, or chat messages for conversational data
+    # one prompt per agent, shared by its K completions: text, or chat messages for conversational data. With
+    # `own_prompts`, each agent's prompt before the observations were added.
+    prompts: list
     parent: int | None  # id of the joint action this node continues; None at a root
-    prompt_ids: list[list[int]] = field(default_factory=list)  # [agent] token ids of the prompt
+    # [agent][k] token ids of completion k's prompt (with one prompt per agent, the same list K times)
+    prompt_ids: list[list[list[int]]] = field(default_factory=list)
+    # [agent][k] the prompt of completion k of each agent, where the node's joint actions start from different
+    # observations (an environment that draws its own start: `worlds.Worlds.start`); None where `prompts` serve all
+    own_prompts: list[list] | None = None
     completion_ids: list[list[list[int]]] = field(default_factory=list)  # [agent][k] token ids
     completions: list[list[str]] = field(default_factory=list)  # [agent][k] decoded text
     # [agent][k] per-token log-probs of the sampler, when it reports them (vLLM): the importance-sampling correction
@@ -43,6 +54,10 @@ class Node:
     tool_calls: list[list[int]] = field(default_factory=list)
     tool_failures: list[list[int]] = field(default_factory=list)
     messages: list[list[list[dict] | None]] = field(default_factory=list)  # [agent][k] TRL's completion messages
+
+    def prompt(self, agent: int, k: int):
+        """The prompt that agent `agent`'s completion `k` was written for."""
+        return self.prompts[agent] if self.own_prompts is None else self.own_prompts[agent][k]
 
 
 @dataclass
@@ -88,6 +103,11 @@ class RolloutTree:
             a.environment for a in self.joint_actions if self.nodes[a.node].turn == 1 and a.environment is not None
         ]
 
+    def action_prompts(self, action_id: int) -> list:
+        """The prompt of each agent's completion in one joint action."""
+        action = self.joint_actions[action_id]
+        return [self.nodes[action.node].prompt(i, k) for i, k in enumerate(action.choice)]
+
     def answers(self, action_id: int) -> list[str]:
         """The text of each agent's completion in one joint action."""
         action = self.joint_actions[action_id]
@@ -102,7 +122,7 @@ class RolloutTree:
             current = self.nodes[self.joint_actions[current].node].parent
         path.reverse()
         num_agents = len(self.joint_actions[action_id].choice)
-        prompts = [[self.nodes[self.joint_actions[a].node].prompts[i] for a in path] for i in range(num_agents)]
+        prompts = [[self.action_prompts(a)[i] for a in path] for i in range(num_agents)]
         answers_along = [self.answers(a) for a in path]
         responses = [[answers[i] for answers in answers_along] for i in range(num_agents)]
         return prompts, responses
@@ -129,8 +149,9 @@ def run_rollout(
 
     Args:
         agent_prompts: builds the first-turn prompt of each agent from a row.
-        generate: ``generate(agent, prompts, environments)`` samples K completions for each prompt with one batched
-            call; `environments` is None, or the world each completion acts on (prompt-major, K per prompt).
+        generate: ``generate(agent, prompts, environments, samples)`` samples `samples` completions for each prompt
+            with one batched call (K, or 1 where the completions have their own prompts, `Node.own_prompts`);
+            `environments` is None, or the world each completion acts on (prompt-major, `samples` per prompt).
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
         transition: ``transition(turn, tree, action_ids)`` returns, for each listed joint action that goes on, the next
             prompt of each agent (one call per turn, so that async transitions can run concurrently).
@@ -157,7 +178,7 @@ def run_rollout(
         try:
             for n in live:
                 node = tree.nodes[n]
-                forks[n], node.prompts = worlds.start(rows[node.row], node.prompts, num_generations)
+                forks[n], node.prompts, node.own_prompts = worlds.start(rows[node.row], node.prompts, num_generations)
         except Exception as err:
             error = err
         # A reset that failed (its server gone, say) stops every process here, before any generation's collectives.
@@ -173,9 +194,17 @@ def run_rollout(
                     n: [worlds.fork(tree.nodes[n].environment, turn) for _ in range(num_generations)] for n in live
                 }
             acted_on = [world for n in live for world in forks[n]] if worlds is not None else None
+            # One batched call per agent: K samples of each node's prompt, or, when any node's completions have
+            # their own prompts, one sample of each completion's prompt (a shared prompt then repeated K times)
+            own = any(tree.nodes[n].own_prompts is not None for n in live)
             for agent in range(num_agents):
-                prompts = [tree.nodes[n].prompts[agent] for n in live]
-                _add_generation(tree, live, agent, generate(agent, prompts, acted_on), num_generations)
+                if own:
+                    prompts = [tree.nodes[n].prompt(agent, k) for n in live for k in range(num_generations)]
+                    generation = generate(agent, prompts, acted_on, 1)
+                else:
+                    prompts = [tree.nodes[n].prompts[agent] for n in live]
+                    generation = generate(agent, prompts, acted_on, num_generations)
+                _add_generation(tree, live, agent, generation, num_generations, own)
             new_actions = []
             for n in live:
                 for choice in choices:
@@ -197,12 +226,15 @@ def run_rollout(
     return tree
 
 
-def _add_generation(tree: RolloutTree, live: list[int], agent: int, gen: Generation, num_generations: int) -> None:
-    """Store one agent's completions (K per live node, prompt-major) in their nodes."""
+def _add_generation(
+    tree: RolloutTree, live: list[int], agent: int, gen: Generation, num_generations: int, own_prompts: bool
+) -> None:
+    """Store one agent's completions (K per live node, prompt-major) in their nodes; `own_prompts`: `gen` holds one
+    prompt per completion, else one per node."""
     for j, n in enumerate(live):
         node = tree.nodes[n]
-        node.prompt_ids.append(gen.prompt_ids[j])
         span = slice(j * num_generations, (j + 1) * num_generations)
+        node.prompt_ids.append(gen.prompt_ids[span] if own_prompts else [gen.prompt_ids[j]] * num_generations)
         node.completion_ids.append(gen.completion_ids[span])
         node.completions.append(gen.completions[span])
         if gen.sampling_logps is not None:

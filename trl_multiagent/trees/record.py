@@ -155,6 +155,9 @@ def _node_record(tree, n, local, returns, credited, advantages, task, names, max
                 "advantage": _number(advantages[n, i, k]),
                 "return": _number(credited[n, i, k]),
             }
+            if node.own_prompts is not None:  # the completion's own first prompt (its world's observation)
+                completion["prompt"] = clip(prompt_text(node.own_prompts[i][k]), max_chars)
+                completion["prompt_tokens"] = len(node.prompt_ids[i][k])
             if node.tool_calls:
                 completion["tool_calls"] = node.tool_calls[i][k]
                 completion["tool_failures"] = node.tool_failures[i][k]
@@ -165,7 +168,7 @@ def _node_record(tree, n, local, returns, credited, advantages, task, names, max
         agents.append(
             {
                 "prompt": clip(prompt_text(node.prompts[i]), max_chars),
-                "prompt_tokens": len(node.prompt_ids[i]) if node.prompt_ids else None,
+                "prompt_tokens": len(node.prompt_ids[i][0]) if node.prompt_ids and node.own_prompts is None else None,
                 "completions": rows,
             }
         )

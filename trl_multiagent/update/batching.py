@@ -63,7 +63,7 @@ def tree_rows(
     sampling_logps: bool = False,
     device: torch.device | str = "cpu",
 ) -> dict[str, torch.Tensor]:
-    """One agent's rows of a rollout tree (`rollout.RolloutTree`): each node's prompt once per completion, node-major,
+    """One agent's rows of a rollout tree (`rollout.RolloutTree`): each completion's prompt and completion, node-major,
     with `advantages` of shape ``(nodes, agents, K)``. With `eos_token_ids` (TRL's `mask_truncated_completions`), a
     completion that does not end with one of them has its mask zeroed. With `sampling_logps`, the sampler's per-token
     log-probs in the tree (vLLM's) are added as ``sampling_per_token_logps``, for the importance-sampling correction.
@@ -71,8 +71,7 @@ def tree_rows(
 
     The tree comes in as data: only its `nodes` (each one's prompt and completion ids, sampler log-probs and tool masks)
     are read. `update` sits below `rollout`, so it imports nothing of it."""
-    k = advantages.size(-1)
-    prompt_ids = [node.prompt_ids[agent] for node in tree.nodes for _ in range(k)]
+    prompt_ids = [ids for node in tree.nodes for ids in node.prompt_ids[agent]]
     completion_ids = [ids for node in tree.nodes for ids in node.completion_ids[agent]]
     batch = agent_rows(prompt_ids, completion_ids, advantages[:, agent].flatten(), pad_token_id, device)
     if eos_token_ids is not None:

@@ -150,8 +150,12 @@
     const messages = c.messages
       ? `<details><summary>tool calls and results</summary><pre>${esc(JSON.stringify(c.messages, null, 1))}</pre></details>`
       : "";
+    // its own prompt, where the node's joint actions start from different observations
+    const prompt = c.prompt !== undefined
+      ? `<details class="prompt"><summary>its prompt (${c.prompt_tokens} tokens)</summary><pre>${esc(c.prompt)}</pre></details>`
+      : "";
     return (
-      `<div class="completion" data-agent="${agent}" data-k="${k}"><div><b>agent ${agent}</b> · completion ${k} · ${c.tokens} tokens ${tags.join("")}</div>` +
+      `<div class="completion" data-agent="${agent}" data-k="${k}"><div><b>agent ${agent}</b> · completion ${k} · ${c.tokens} tokens ${tags.join("")}</div>${prompt}` +
       `<pre class="text">${esc(c.text)}</pre><div class="nums">${num("advantage", c.advantage)}${num("return", c.return)}</div>${messages}</div>`
     );
   }
