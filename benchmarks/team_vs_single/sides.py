@@ -308,9 +308,8 @@ def run_part(task: Task, side: str, *, model_path: str, seed: int, learning_rate
         if evaluate_held_out:
             trainer.save_model(folder)
             del trainer
-            adapters = (
-                [folder] if side == "single" else [os.path.join(folder, f"agent_{i}") for i in range(num_agents)]
-            )
+            # GRPOTrainer, and our trainer with one agent, save into the folder itself; a team writes agent_{i}/
+            adapters = [folder] if num_agents == 1 else [os.path.join(folder, f"agent_{i}") for i in range(num_agents)]
             start = time.perf_counter()
             agents = [load_agent(model_path, adapter) for adapter in adapters]
             result["after"] = evaluate(task, side, agents, tokenizer, samples=eval_samples, seed=seed)
