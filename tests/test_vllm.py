@@ -49,7 +49,7 @@ def config(tmp_path, **overrides):
 
 @contextlib.contextmanager
 def trainer_for(tmp_path, args_overrides=None, **trainer_kwargs):
-    trainer_kwargs.setdefault("reward_func", length_ratio_reward)
+    trainer_kwargs.setdefault("reward_funcs", length_ratio_reward)
     trainer_kwargs.setdefault("external_transition", length_feedback)
     trainer_kwargs.setdefault("train_dataset", Dataset.from_dict({"prompt": list(SEED_PROMPTS)}))
     trainer = MAGRPOTrainer(args=config(tmp_path, **(args_overrides or {})), **trainer_kwargs)
