@@ -41,7 +41,7 @@ SIZES = {
     # tokens per part (writing: per agent; the single agent writes twice that) and per turn (arithmetic); generated
     # tokens per run, per task; sampled answers per held-out row in evaluation
     "default": {"writing_tokens": 24, "arithmetic_tokens": 12, "eval_samples": 4,
-                "token_budget": {"writing": 12288, "arithmetic": 6144}},
+                "token_budget": {"writing": 8192, "arithmetic": 4096}},
     "smoke": {"writing_tokens": 4, "arithmetic_tokens": 3, "eval_samples": 1,
               "token_budget": {"writing": 48, "arithmetic": 48}},
 }  # fmt: skip
@@ -189,7 +189,7 @@ def main(argv=None) -> None:
         "--token_budget",
         type=int,
         default=None,
-        help="generated tokens per run (default: per task, 12288 writing, 6144 arithmetic)",
+        help="generated tokens per run (default: per task, 8192 writing, 4096 arithmetic)",
     )
     parser.add_argument("--writing_tokens", type=int, default=None, help="tokens per part (writing)")
     parser.add_argument("--arithmetic_tokens", type=int, default=None, help="tokens per turn (arithmetic)")
