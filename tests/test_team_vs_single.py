@@ -1,8 +1,10 @@
 """benchmarks/team_vs_single: the tasks' rewards by hand, the learning-rate rule, the verdict, and the command at
 smoke size (a tiny random model), run in two parts into one results folder and merged."""
 
+import glob
 import json
 import math
+import os
 
 import pytest
 
@@ -50,10 +52,40 @@ def test_learning_rate_rule_takes_the_best_last_quarter(tmp_path):
     for lr, rewards in tries.items():
         command.write_json(command.lr_try_path(str(tmp_path), "writing", "team", lr, 100),
                            {"learning_rate": lr, "curve": curve(rewards)})  # fmt: skip
-    lr, scored = command.chosen_learning_rate(str(tmp_path), "writing", "team")
+    lr, scored = command.chosen_learning_rate(str(tmp_path), "writing", "team", [3e-3, 1e-3], 100)
     assert lr == 3e-3 and scored == [(1e-3, pytest.approx(0.2)), (3e-3, pytest.approx(0.6))]
-    with pytest.raises(SystemExit, match="'writing', side 'single'.*--lr RATE"):
-        command.chosen_learning_rate(str(tmp_path), "writing", "single")
+    # only the rates asked for count: a try at another rate in the folder is not a candidate
+    command.write_json(command.lr_try_path(str(tmp_path), "writing", "team", 1e-2, 100),
+                       {"learning_rate": 1e-2, "curve": curve([1.0] * 8)})  # fmt: skip
+    assert command.chosen_learning_rate(str(tmp_path), "writing", "team", [1e-3, 3e-3], 100)[0] == 3e-3
+
+
+def test_one_command_runs_the_tries_it_needs_then_the_part_at_the_chosen_rate(tmp_path):
+    results = str(tmp_path)
+    argv = ["--smoke", "--results", results, "--tasks", "writing", "--sides", "team", "--seeds", "0",
+            "--lr_tries", "1e-3", "3e-2"]  # fmt: skip
+    command.main(argv)
+    tries = {}
+    for lr in (1e-3, 3e-2):
+        with open(command.lr_try_path(results, "writing", "team", lr, 100)) as f:
+            tries[lr] = json.load(f)
+        # a try trains to the tries' budget (half the part's) on the tries' seed, and never sees held-out rows
+        assert (
+            tries[lr]["seed"] == 100
+            and tries[lr]["generated_tokens"] >= command.SIZES["smoke"]["token_budget"]["writing"] // 2
+        )
+        assert "before" not in tries[lr] and "after" not in tries[lr]
+    scores = {lr: report.last_quarter_reward(t["curve"]) for lr, t in tries.items()}
+    with open(f"{results}/writing/team/seed0.json") as f:
+        part = json.load(f)
+    assert part["learning_rate"] == max(scores, key=scores.get)
+    assert all(f"{lr:g}: {score:.3f}" in part["learning_rate_rule"] for lr, score in scores.items())
+    text = open(f"{results}/report.md").read()
+    assert "Learning-rate tries" in text and f"{scores[1e-3]:.3f} (" in text
+    # run again: neither the tries nor the part are retrained
+    stamps = {p: os.path.getmtime(p) for p in glob.glob(f"{results}/writing/**/*.json", recursive=True)}
+    command.main(argv)
+    assert stamps == {p: os.path.getmtime(p) for p in glob.glob(f"{results}/writing/**/*.json", recursive=True)}
 
 
 def test_verdict_over_seeds_and_for_one_seed():

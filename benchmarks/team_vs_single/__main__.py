@@ -1,7 +1,8 @@
 """Does a team beat one agent? The comparison, run in parts and merged into one report.
 
     python -m benchmarks.team_vs_single --screen                          # the arithmetic task's screen
-    python -m benchmarks.team_vs_single --tasks writing --lr_tries 1e-3 3e-3 1e-2   # the learning-rate tries
+    python -m benchmarks.team_vs_single                                   # everything: tries, 3 seeds, report
+    python -m benchmarks.team_vs_single --tasks writing --tries_only      # the learning-rate tries only
     python -m benchmarks.team_vs_single --tasks writing --sides single team --seeds 0   # one part ...
     python -m benchmarks.team_vs_single --tasks arithmetic --seeds 1 2                  # ... or several
     python -m benchmarks.team_vs_single --report_only                     # merge what the results folder holds
@@ -15,9 +16,11 @@ make parts comparable (model, budget, tokens, held-out samples, the arithmetic k
 `<task>/settings.json`, and a part with other settings is refused.
 
 Learning rates: `--lr auto` (the default) takes, per task and side, the rate of the tries in `<task>/lr_tries/`
-with the highest mean training reward (final turn) over the last quarter of the try's generated tokens; the tries
-run with `--lr_tries RATE ...` on seed `--try_seed`, at `--try_budget` tokens, without held-out evaluation, so the
-rule never sees the held-out rows. `--lr RATE` sets one rate for every side instead (the report says so).
+with the highest mean training reward (final turn) over the last quarter of the try's generated tokens. A try is one
+training run at one of the `--lr_tries` rates (default 1e-4, 3e-4, 1e-3) on seed `--try_seed`, at `--try_budget`
+tokens, without held-out evaluation, so the rule never sees the held-out rows; the command runs the tries a part
+needs that the folder lacks before the part, and `--tries_only` stops after them. `--lr RATE` sets one rate for every
+side instead (the report says so).
 
 The tasks and sides: `tasks.py` and `sides.py`; the statistics: `report.py`; the benchmark's page: docs/benchmarks.md.
 """
@@ -37,6 +40,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The arithmetic kind the screen chose (results/screen.md): the untrained model is right 10-50% of the time.
 ARITHMETIC_KIND = "add_1digit"
 ARITHMETIC_TEMPERATURE = 1.0
+# The learning rates --lr auto tries, per task and side: around PEFT's usual LoRA rates. A try at 3e-3 collapsed
+# every arithmetic side to a reward of 0 within 10 steps (docs/benchmarks.md).
+LR_TRIES = (1e-4, 3e-4, 1e-3)
 SIZES = {
     # tokens per part (writing: per agent; the single agent writes twice that) and per turn (arithmetic); generated
     # tokens per run, per task; sampled answers per held-out row in evaluation
@@ -78,12 +84,17 @@ def task_settings(name: str, cli, model_desc: str) -> dict:
 
     settings = {"model": model_desc, "token_budget": cli.token_budget[name], "eval_samples": cli.eval_samples,
                 "num_generations": NUM_GENERATIONS, "prompts_per_step": PROMPTS_PER_STEP, "temperature": make_task(name, cli).temperature,
-                "lora": f"r={LORA['r']} alpha={LORA['lora_alpha']} {LORA['target_modules']}"}  # fmt: skip
+                "lora": f"r={LORA['r']} alpha={LORA['lora_alpha']} {LORA['target_modules']}",
+                "try_budget": try_budget(name, cli), "try_seed": cli.try_seed}  # fmt: skip
     if name == "writing":
         settings["tokens_per_part"] = cli.writing_tokens
     else:
         settings.update(tokens_per_turn=cli.arithmetic_tokens, arithmetic_kind=cli.arithmetic_kind)
     return settings
+
+
+def try_budget(task: str, cli) -> int:
+    return cli.try_budget or cli.token_budget[task] // 2
 
 
 def check_settings(results: str, task: str, settings: dict) -> None:
@@ -108,30 +119,15 @@ def lr_try_path(results: str, task: str, side: str, lr: float, seed: int) -> str
     return os.path.join(results, task, "lr_tries", side, f"lr{lr:g}_seed{seed}.json")
 
 
-def last_quarter_reward(curve: list[dict]) -> float:
-    """Mean training reward of the final turn over the last quarter of the run's generated tokens."""
-    final_turn = max(p["turn"] for p in curve)
-    total = curve[-1]["tokens"]
-    last = [p["reward"] for p in curve if p["turn"] == final_turn and p["tokens"] >= 0.75 * total]
-    return sum(last) / len(last)
-
-
-def chosen_learning_rate(results: str, task: str, side: str) -> tuple[float, list[tuple[float, float]]]:
-    """The rule: the try with the highest last-quarter training reward; also every try's (rate, reward)."""
-    import glob
+def chosen_learning_rate(results: str, task: str, side: str, rates: list[float], seed: int) -> tuple[float, list]:
+    """The rule: of the tries at `rates` on `seed`, the one with the highest last-quarter training reward; also every
+    try's (rate, reward)."""
+    from .report import last_quarter_reward
 
     tries = []
-    for path in glob.glob(os.path.join(results, task, "lr_tries", side, "lr*.json")):
-        with open(path) as f:
-            result = json.load(f)
-        tries.append((result["learning_rate"], last_quarter_reward(result["curve"])))
-    if not tries:
-        raise SystemExit(
-            f"team_vs_single: --lr auto needs the learning-rate tries of task {task!r}, side {side!r} in "
-            f"{os.path.join(results, task, 'lr_tries', side)}, and there are none. Run them first "
-            f"(--tasks {task} --sides {side} --lr_tries RATE ...), or set --lr RATE."
-        )
-    tries.sort()
+    for lr in sorted(rates):
+        with open(lr_try_path(results, task, side, lr, seed)) as f:
+            tries.append((lr, last_quarter_reward(json.load(f)["curve"])))
     return max(tries, key=lambda t: t[1])[0], tries
 
 
@@ -198,7 +194,9 @@ def main(argv=None) -> None:
     parser.add_argument("--arithmetic_temperature", type=float, default=ARITHMETIC_TEMPERATURE,
                         help="sampling temperature of the arithmetic task (training and evaluation)")  # fmt: skip
     parser.add_argument("--lr", default="auto", help="'auto' (the tries' rule) or one rate for every side")
-    parser.add_argument("--lr_tries", nargs="+", type=float, default=None, help="run these learning-rate tries")
+    parser.add_argument("--lr_tries", nargs="+", type=float, default=list(LR_TRIES),
+                        help="the learning rates tried for --lr auto (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--tries_only", action="store_true", help="run the learning-rate tries, and no part")
     parser.add_argument("--try_budget", type=int, default=None, help="generated tokens per try (default: budget/2)")
     parser.add_argument("--try_seed", type=int, default=100)
     parser.add_argument("--screen", action="store_true", help="run the arithmetic screen (and no part)")
@@ -261,23 +259,26 @@ def main(argv=None) -> None:
 
 
 def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
+    from .report import last_quarter_reward
     from .sides import SIDES, run_part
 
     check_settings(cli.results, task_name, task_settings(task_name, cli, model_desc))
     task = make_task(task_name, cli)
     sides = [s for s in SIDES[task_name] if cli.sides is None or s in cli.sides]
-    if cli.lr_tries is not None:
-        budget = cli.try_budget or cli.token_budget[task_name] // 2
+    if cli.lr == "auto" or cli.tries_only:
+        budget = try_budget(task_name, cli)
         for side in sides:
             for lr in cli.lr_tries:
                 path = lr_try_path(cli.results, task_name, side, lr, cli.try_seed)
                 if os.path.exists(path) and not cli.overwrite:
-                    print(f"team_vs_single: {path} exists, skipped", flush=True)
                     continue
                 print(f"team_vs_single: try {task_name}/{side} lr {lr:g} ({budget} tokens) ...", flush=True)
                 result = run_part(task, side, model_path=model_path, seed=cli.try_seed, learning_rate=lr,
                                   token_budget=budget, eval_samples=0, evaluate_held_out=False)  # fmt: skip
                 write_json(path, {**result, "command": command_line()})
+                print(f"  {result['steps']} steps, {result['train_s']:.0f} s; last-quarter training reward "
+                      f"{last_quarter_reward(result['curve']):.3f}", flush=True)  # fmt: skip
+    if cli.tries_only:
         return
     for seed in cli.seeds:
         for side in sides:  # interleaved by seed, so that load from elsewhere hits the sides alike
@@ -287,7 +288,7 @@ def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
                 continue
             lr, rule = (cli.lr, "set with --lr") if cli.lr != "auto" else (None, None)
             if lr is None:
-                lr, tries = chosen_learning_rate(cli.results, task_name, side)
+                lr, tries = chosen_learning_rate(cli.results, task_name, side, cli.lr_tries, cli.try_seed)
                 rule = "highest last-quarter training reward of the tries " + ", ".join(
                     f"{rate:g}: {reward:.3f}" for rate, reward in tries
                 )

@@ -36,6 +36,27 @@ def read_parts(results: str) -> dict:
     return parts
 
 
+def last_quarter_reward(curve: list[dict]) -> float:
+    """Mean training reward of the final turn over the last quarter of the run's generated tokens (the learning-rate
+    rule's score)."""
+    final_turn = max(p["turn"] for p in curve)
+    total = curve[-1]["tokens"]
+    last = [p["reward"] for p in curve if p["turn"] == final_turn and p["tokens"] >= 0.75 * total]
+    return sum(last) / len(last)
+
+
+def read_tries(results: str, task: str) -> dict:
+    """{side: [try result, ...] sorted by rate} from `results/<task>/lr_tries/<side>/lr*_seed*.json`."""
+    tries = {}
+    for path in sorted(glob.glob(os.path.join(results, task, "lr_tries", "*", "lr*_seed*.json"))):
+        with open(path) as f:
+            result = json.load(f)
+        tries.setdefault(result["side"], []).append(result)
+    for results_ in tries.values():
+        results_.sort(key=lambda r: (r["seed"], r["learning_rate"]))
+    return tries
+
+
 def seed_score(values: list[float]) -> dict:
     interval = mean_ci(values)
     return {"mean": interval.mean, "ci95": interval.half_width, "n": interval.n}
@@ -114,6 +135,12 @@ def summarize(results_dir: str) -> dict:
                     phase: compare(sides["team"], sides[other], summaries["team"], summaries[other], phase, other)
                     for phase in ("after", "before")
                 }
+        tries = read_tries(results_dir, task)
+        if tries:
+            entry["lr_tries"] = {side: [{"learning_rate": t["learning_rate"], "seed": t["seed"], "steps": t["steps"],
+                                         "generated_tokens": t["generated_tokens"], "train_s": t["train_s"],
+                                         "last_quarter_reward": last_quarter_reward(t["curve"])} for t in tries[side]]
+                                 for side in SIDES[task] if side in tries}  # fmt: skip
         settings_path = os.path.join(results_dir, task, "settings.json")
         if os.path.exists(settings_path):
             with open(settings_path) as f:
@@ -164,6 +191,24 @@ def task_table(task: str, entry: dict) -> list[str]:
     return lines + ([""] + extras if extras else [])
 
 
+def tries_table(entry: dict) -> list[str]:
+    """Each side's learning-rate tries: the rule's score per rate (steps, seconds), and the rate its parts used."""
+    rates = sorted({t["learning_rate"] for tries in entry["lr_tries"].values() for t in tries})
+    lines = ["Learning-rate tries (the rule: the highest mean training reward of the final turn over the last quarter "
+             "of a try's generated tokens; tries on their own seed, no held-out rows):", "",
+             "| side | " + " | ".join(f"lr {r:g}: reward (steps, s)" for r in rates) + " | parts' rate |",
+             "|---|" + "---|" * (len(rates) + 1)]  # fmt: skip
+    for side, tries in entry["lr_tries"].items():
+        by_rate = {t["learning_rate"]: t for t in tries}
+        cells = [f"{by_rate[r]['last_quarter_reward']:.3f} ({by_rate[r]['steps']}, {by_rate[r]['train_s']:.0f})"
+                 if r in by_rate else "not tried" for r in rates]  # fmt: skip
+        used = entry["sides"].get(side, {}).get("learning_rate")
+        lines.append(
+            f"| {side} | " + " | ".join(cells) + f" | {', '.join(f'{x:g}' for x in used) if used else 'no part yet'} |"
+        )
+    return lines
+
+
 def verdict_line(name: str, comparison: dict) -> str:
     """The trained comparison's verdict, and the untrained one's beside it: a lead the team had before training
     is the task's structure, not what training did."""
@@ -187,6 +232,8 @@ def report_text(summary: dict, header: list[str]) -> str:
         lines += [f"- `{side}`: {SIDE_NOTES[task, side]}." for side in SIDES[task]] + [""]
         lines += task_table(task, entry)
         lines.append("")
+        if "lr_tries" in entry:
+            lines += tries_table(entry) + [""]
         if "team_vs_single" in entry:
             lines.append(verdict_line("team vs single agent", entry["team_vs_single"]))
         if "team_vs_revise" in entry:
