@@ -72,7 +72,7 @@ def test_one_command_runs_the_tries_it_needs_then_the_part_at_the_chosen_rate(tm
         # a try trains to the tries' budget (half the part's) on the tries' seed, and never sees held-out rows
         assert (
             tries[lr]["seed"] == 100
-            and tries[lr]["generated_tokens"] >= command.SIZES["smoke"]["token_budget"]["writing"] // 2
+            and tries[lr]["generated_tokens"] >= command.SIZES["smoke"]["try_budget"]["writing"]
         )
         assert "before" not in tries[lr] and "after" not in tries[lr]
     scores = {lr: report.last_quarter_reward(t["curve"]) for lr, t in tries.items()}

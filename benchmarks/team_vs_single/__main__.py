@@ -18,9 +18,9 @@ make parts comparable (model, budget, tokens, held-out samples, the arithmetic k
 Learning rates: `--lr auto` (the default) takes, per task and side, the rate of the tries in `<task>/lr_tries/`
 with the highest mean training reward (final turn) over the last quarter of the try's generated tokens. A try is one
 training run at one of the `--lr_tries` rates (default 1e-4, 3e-4, 1e-3) on seed `--try_seed`, at `--try_budget`
-tokens, without held-out evaluation, so the rule never sees the held-out rows; the command runs the tries a part
-needs that the folder lacks before the part, and `--tries_only` stops after them. `--lr RATE` sets one rate for every
-side instead (the report says so).
+tokens (a third of a part's), without held-out evaluation, so the rule never sees the held-out rows; the command runs
+the tries a part needs that the folder lacks before the part, and `--tries_only` stops after them. `--lr RATE` sets
+one rate for every side instead (the report says so).
 
 The tasks and sides: `tasks.py` and `sides.py`; the statistics: `report.py`; the benchmark's page: docs/benchmarks.md.
 """
@@ -47,9 +47,9 @@ SIZES = {
     # tokens per part (writing: per agent; the single agent writes twice that) and per turn (arithmetic); generated
     # tokens per run, per task; sampled answers per held-out row in evaluation
     "default": {"writing_tokens": 24, "arithmetic_tokens": 12, "eval_samples": 4,
-                "token_budget": {"writing": 8192, "arithmetic": 4096}},
+                "token_budget": {"writing": 12288, "arithmetic": 6144}, "try_budget": {"writing": 4096, "arithmetic": 2048}},
     "smoke": {"writing_tokens": 4, "arithmetic_tokens": 3, "eval_samples": 1,
-              "token_budget": {"writing": 48, "arithmetic": 48}},
+              "token_budget": {"writing": 48, "arithmetic": 48}, "try_budget": {"writing": 24, "arithmetic": 24}},
 }  # fmt: skip
 
 
@@ -85,16 +85,12 @@ def task_settings(name: str, cli, model_desc: str) -> dict:
     settings = {"model": model_desc, "token_budget": cli.token_budget[name], "eval_samples": cli.eval_samples,
                 "num_generations": NUM_GENERATIONS, "prompts_per_step": PROMPTS_PER_STEP, "temperature": make_task(name, cli).temperature,
                 "lora": f"r={LORA['r']} alpha={LORA['lora_alpha']} {LORA['target_modules']}",
-                "try_budget": try_budget(name, cli), "try_seed": cli.try_seed}  # fmt: skip
+                "try_budget": cli.try_budget[name], "try_seed": cli.try_seed}  # fmt: skip
     if name == "writing":
         settings["tokens_per_part"] = cli.writing_tokens
     else:
         settings.update(tokens_per_turn=cli.arithmetic_tokens, arithmetic_kind=cli.arithmetic_kind)
     return settings
-
-
-def try_budget(task: str, cli) -> int:
-    return cli.try_budget or cli.token_budget[task] // 2
 
 
 def check_settings(results: str, task: str, settings: dict) -> None:
@@ -185,7 +181,7 @@ def main(argv=None) -> None:
         "--token_budget",
         type=int,
         default=None,
-        help="generated tokens per run (default: per task, 8192 writing, 4096 arithmetic)",
+        help="generated tokens per run (default: per task, 12288 writing, 6144 arithmetic)",
     )
     parser.add_argument("--writing_tokens", type=int, default=None, help="tokens per part (writing)")
     parser.add_argument("--arithmetic_tokens", type=int, default=None, help="tokens per turn (arithmetic)")
@@ -197,7 +193,12 @@ def main(argv=None) -> None:
     parser.add_argument("--lr_tries", nargs="+", type=float, default=list(LR_TRIES),
                         help="the learning rates tried for --lr auto (default: %(default)s)")  # fmt: skip
     parser.add_argument("--tries_only", action="store_true", help="run the learning-rate tries, and no part")
-    parser.add_argument("--try_budget", type=int, default=None, help="generated tokens per try (default: budget/2)")
+    parser.add_argument(
+        "--try_budget",
+        type=int,
+        default=None,
+        help="generated tokens per learning-rate try (default: per task, 4096 writing, 2048 arithmetic)",
+    )
     parser.add_argument("--try_seed", type=int, default=100)
     parser.add_argument("--screen", action="store_true", help="run the arithmetic screen (and no part)")
     parser.add_argument("--screen_questions", type=int, default=24, help="held-out questions per kind in the screen")
@@ -213,8 +214,8 @@ def main(argv=None) -> None:
     for key, value in size.items():
         if getattr(cli, key) is None:
             setattr(cli, key, value)
-        elif key == "token_budget":  # one budget given: every selected task's
-            cli.token_budget = dict.fromkeys(SIDES, cli.token_budget)
+        elif key in ("token_budget", "try_budget"):  # one budget given: every selected task's
+            setattr(cli, key, dict.fromkeys(SIDES, getattr(cli, key)))
     for task in cli.tasks:
         unknown = set(cli.sides or []) - set(SIDES[task])
         if unknown and len(cli.tasks) == 1:
@@ -266,7 +267,7 @@ def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
     task = make_task(task_name, cli)
     sides = [s for s in SIDES[task_name] if cli.sides is None or s in cli.sides]
     if cli.lr == "auto" or cli.tries_only:
-        budget = try_budget(task_name, cli)
+        budget = cli.try_budget[task_name]
         for side in sides:
             for lr in cli.lr_tries:
                 path = lr_try_path(cli.results, task_name, side, lr, cli.try_seed)
