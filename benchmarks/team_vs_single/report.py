@@ -74,7 +74,8 @@ def summarize_side(results: list[dict]) -> dict:
            "train_s": [r["train_s"] for r in results], "trainer": results[0]["trainer"],
            "train_cpu_s": [r.get("train_cpu_s") for r in results],  # parts run before it was recorded lack it
            "load_average": [(r["load_average_before"][0], r["load_average_after"][0]) for r in results],
-           "eval_s": [(r["eval_before_s"], r["eval_after_s"]) for r in results]}  # fmt: skip
+           "eval_s": [(r["eval_before_s"], r["eval_after_s"]) for r in results],
+           "part_s": [r["eval_before_s"] + r["train_s"] + r["eval_after_s"] for r in results]}  # fmt: skip
     for phase in ("before", "after"):
         per_seed = [{key: seed_score(values) for key, values in r[phase].items()} for r in results]
         out[phase] = {"per_seed": per_seed,
@@ -183,7 +184,9 @@ def task_table(task: str, entry: dict) -> list[str]:
         extras.append(f"- {side}: per seed, the 1-minute load average at the start and the end of the run: "
                       + ", ".join(f"{a:.1f} -> {b:.1f}" for a, b in s["load_average"])
                       + "; held-out evaluation s before / after: "
-                      + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in s["eval_s"]))  # fmt: skip
+                      + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in s["eval_s"])
+                      + "; the whole part (evaluations and training) s: "
+                      + ", ".join(f"{x:.0f}" for x in s["part_s"]))  # fmt: skip
         for key in s["after"]["over_seeds"]:
             if key != "final":
                 extras.append(f"- {side}, `{key}`: before {fmt(s['before']['over_seeds'][key])}, after "
