@@ -62,30 +62,49 @@ def test_learning_rate_rule_takes_the_best_last_quarter(tmp_path):
 
 def test_one_command_runs_the_tries_it_needs_then_the_part_at_the_chosen_rate(tmp_path):
     results = str(tmp_path)
+    # a try at 3e-2 already in the folder, with a last-quarter reward no smoke try reaches: the rule must pick it over
+    # the try at 1e-3 that the command runs (a rule taking the first, lowest or worst rate picks 1e-3)
+    best = command.lr_try_path(results, "writing", "team", 3e-2, 100)
+    curve = [{"tokens": 4 * (i + 1), "turn": 1, "reward": 1.0} for i in range(4)]
+    command.write_json(best, {"task": "writing", "side": "team", "seed": 100, "learning_rate": 3e-2, "steps": 4,
+                              "generated_tokens": 16, "train_s": 1.0, "curve": curve})  # fmt: skip
     argv = ["--smoke", "--results", results, "--tasks", "writing", "--sides", "team", "--seeds", "0",
             "--lr_tries", "1e-3", "3e-2"]  # fmt: skip
     command.main(argv)
-    tries = {}
-    for lr in (1e-3, 3e-2):
-        with open(command.lr_try_path(results, "writing", "team", lr, 100)) as f:
-            tries[lr] = json.load(f)
-        # a try trains to the tries' budget (half the part's) on the tries' seed, and never sees held-out rows
-        assert (
-            tries[lr]["seed"] == 100
-            and tries[lr]["generated_tokens"] >= command.SIZES["smoke"]["try_budget"]["writing"]
-        )
-        assert "before" not in tries[lr] and "after" not in tries[lr]
-    scores = {lr: report.last_quarter_reward(t["curve"]) for lr, t in tries.items()}
+    with open(best) as f:
+        assert json.load(f)["curve"] == curve  # the existing try was not rerun
+    with open(command.lr_try_path(results, "writing", "team", 1e-3, 100)) as f:
+        ran = json.load(f)
+    # the try ran on the tries' seed to a third of the part's budget, and never saw the held-out rows
+    assert ran["seed"] == 100 and ran["generated_tokens"] >= command.SIZES["smoke"]["token_budget"]["writing"] // 3
+    assert ran["steps"] < 4 and "before" not in ran and "after" not in ran
+    assert report.last_quarter_reward(ran["curve"]) < 1.0
     with open(f"{results}/writing/team/seed0.json") as f:
         part = json.load(f)
-    assert part["learning_rate"] == max(scores, key=scores.get)
-    assert all(f"{lr:g}: {score:.3f}" in part["learning_rate_rule"] for lr, score in scores.items())
+    assert part["learning_rate"] == 3e-2
+    assert (
+        f"1e-3: {report.last_quarter_reward(ran['curve']):.3f}".replace("1e-3", "0.001") in part["learning_rate_rule"]
+    )
+    assert part["machine"] == command.machine() and "torch" in part["versions"]
     text = open(f"{results}/report.md").read()
-    assert "Learning-rate tries" in text and f"{scores[1e-3]:.3f} (" in text
-    # run again: neither the tries nor the part are retrained
-    stamps = {p: os.path.getmtime(p) for p in glob.glob(f"{results}/writing/**/*.json", recursive=True)}
-    command.main(argv)
-    assert stamps == {p: os.path.getmtime(p) for p in glob.glob(f"{results}/writing/**/*.json", recursive=True)}
+    assert "Learning-rate tries" in text and "1.000 (4, 1)" in text and "learning rate: highest last-quarter" in text
+    # run again, even with --overwrite: the tries are kept (a part rerun must not move the rate of the other seeds)
+    stamps = {p: os.path.getmtime(p) for p in glob.glob(f"{results}/writing/lr_tries/**/*.json", recursive=True)}
+    command.main([*argv, "--overwrite"])
+    assert stamps == {
+        p: os.path.getmtime(p) for p in glob.glob(f"{results}/writing/lr_tries/**/*.json", recursive=True)
+    }
+    # a part at a rate set by hand does not merge with the rule's parts
+    with pytest.raises(SystemExit, match=r"learning_rate: recorded 'auto, tries 0.001, 0.03', now '0.001 \(--lr\)'"):
+        command.main([*argv[:-3], "--lr", "1e-3", "--seeds", "1"])
+
+
+def test_sides_of_no_selected_task_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match=r"--sides \['tema'\] are not sides of the tasks selected"):
+        command.main(["--smoke", "--results", str(tmp_path), "--sides", "tema"])
+    with pytest.raises(SystemExit, match="revise"):  # a side of the arithmetic task only, with writing alone
+        command.main(["--smoke", "--results", str(tmp_path), "--tasks", "writing", "--sides", "revise"])
+    assert os.listdir(tmp_path) == []  # refused before any settings or report is written
 
 
 def test_verdict_over_seeds_and_for_one_seed():

@@ -45,12 +45,11 @@ ARITHMETIC_TEMPERATURE = 1.0
 LR_TRIES = (1e-4, 3e-4, 1e-3)
 SIZES = {
     # tokens per part (writing: per agent; the single agent writes twice that) and per turn (arithmetic); generated
-    # tokens per run and per learning-rate try, per task; sampled answers per held-out row in evaluation
+    # tokens per run, per task (a learning-rate try: a third); sampled answers per held-out row in evaluation
     "default": {"writing_tokens": 24, "arithmetic_tokens": 12, "eval_samples": 4,
-                "token_budget": {"writing": 12288, "arithmetic": 6144},
-                "try_budget": {"writing": 4096, "arithmetic": 2048}},
+                "token_budget": {"writing": 12288, "arithmetic": 6144}},
     "smoke": {"writing_tokens": 4, "arithmetic_tokens": 3, "eval_samples": 1,
-              "token_budget": {"writing": 48, "arithmetic": 48}, "try_budget": {"writing": 24, "arithmetic": 24}},
+              "token_budget": {"writing": 48, "arithmetic": 48}},
 }  # fmt: skip
 
 
@@ -86,7 +85,9 @@ def task_settings(name: str, cli, model_desc: str) -> dict:
     settings = {"model": model_desc, "token_budget": cli.token_budget[name], "eval_samples": cli.eval_samples,
                 "num_generations": NUM_GENERATIONS, "prompts_per_step": PROMPTS_PER_STEP, "temperature": make_task(name, cli).temperature,
                 "lora": f"r={LORA['r']} alpha={LORA['lora_alpha']} {LORA['target_modules']}",
-                "try_budget": cli.try_budget[name], "try_seed": cli.try_seed}  # fmt: skip
+                "try_budget": cli.try_budget[name], "try_seed": cli.try_seed,
+                "learning_rate": f"{cli.lr:g} (--lr)" if cli.lr != "auto" else
+                                 "auto, tries " + ", ".join(f"{lr:g}" for lr in sorted(cli.lr_tries))}  # fmt: skip
     if name == "writing":
         settings["tokens_per_part"] = cli.writing_tokens
     else:
@@ -198,7 +199,7 @@ def main(argv=None) -> None:
         "--try_budget",
         type=int,
         default=None,
-        help="generated tokens per learning-rate try (default: per task, 4096 writing, 2048 arithmetic)",
+        help="generated tokens per learning-rate try (default: a third of the task's --token_budget)",
     )
     parser.add_argument("--try_seed", type=int, default=100)
     parser.add_argument("--screen", action="store_true", help="run the arithmetic screen (and no part)")
@@ -207,7 +208,9 @@ def main(argv=None) -> None:
     parser.add_argument("--screen_kinds", nargs="+", default=None, choices=list(ARITHMETIC_KINDS),
                         help="the kinds to screen (default: all)")  # fmt: skip
     parser.add_argument("--report_only", action="store_true", help="only merge the results folder's parts")
-    parser.add_argument("--overwrite", action="store_true", help="rerun parts whose result files exist")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="rerun parts whose result files exist (not the learning-rate tries: delete a try's file "
+                             "to rerun it, since the rate it chose may already have trained other seeds)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     cli = parser.parse_args(argv)
 
@@ -215,13 +218,17 @@ def main(argv=None) -> None:
     for key, value in size.items():
         if getattr(cli, key) is None:
             setattr(cli, key, value)
-        elif key in ("token_budget", "try_budget"):  # one budget given: every selected task's
-            setattr(cli, key, dict.fromkeys(SIDES, getattr(cli, key)))
-    for task in cli.tasks:
-        unknown = set(cli.sides or []) - set(SIDES[task])
-        if unknown and len(cli.tasks) == 1:
-            raise SystemExit(f"team_vs_single: --sides {sorted(unknown)} are not sides of task {task!r} "
-                             f"(its sides: {list(SIDES[task])}).")  # fmt: skip
+        elif key == "token_budget":  # one budget given: every selected task's
+            cli.token_budget = dict.fromkeys(SIDES, cli.token_budget)
+    if cli.try_budget is None:
+        cli.try_budget = {task: budget // 3 for task, budget in cli.token_budget.items()}
+    else:
+        cli.try_budget = dict.fromkeys(SIDES, cli.try_budget)
+    known = {side for task in cli.tasks for side in SIDES[task]}
+    unknown = sorted(set(cli.sides or []) - known)
+    if unknown:
+        raise SystemExit(f"team_vs_single: --sides {unknown} are not sides of the tasks selected "
+                         f"({', '.join(f'{t}: {list(SIDES[t])}' for t in cli.tasks)}).")  # fmt: skip
     if cli.lr != "auto":
         try:
             cli.lr = float(cli.lr)
@@ -229,14 +236,8 @@ def main(argv=None) -> None:
             raise SystemExit(f"team_vs_single: --lr takes 'auto' or a number, got {cli.lr!r}.") from None
     os.makedirs(cli.results, exist_ok=True)
 
-    from benchmarks.bench_vs_comlrl import library_versions
-
     from .report import write_report
 
-    header = [f"Machine: {os.cpu_count()} CPUs ({cpu_name()}), no GPU; {library_versions()}; one torch thread per run. "
-              "The machine may be shared: each run's 1-minute load average at its start and end is below its "
-              "table (a load above the CPU count means the run had less than its core, and its seconds are "
-              "inflated)."]  # fmt: skip
     if not cli.report_only:
         import torch
 
@@ -256,7 +257,7 @@ def main(argv=None) -> None:
             else:
                 for task_name in cli.tasks:
                     run_task(cli, task_name, model_path, model_desc)
-    path, _ = write_report(cli.results, header)
+    path, _ = write_report(cli.results)
     print(f"Report: {path}")
 
 
@@ -272,12 +273,12 @@ def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
         for side in sides:
             for lr in cli.lr_tries:
                 path = lr_try_path(cli.results, task_name, side, lr, cli.try_seed)
-                if os.path.exists(path) and not cli.overwrite:
+                if os.path.exists(path):
                     continue
                 print(f"team_vs_single: try {task_name}/{side} lr {lr:g} ({budget} tokens) ...", flush=True)
                 result = run_part(task, side, model_path=model_path, seed=cli.try_seed, learning_rate=lr,
                                   token_budget=budget, eval_samples=0, evaluate_held_out=False)  # fmt: skip
-                write_json(path, {**result, "command": command_line()})
+                write_json(path, {**result, **provenance(), "command": command_line()})
                 print(f"  {result['steps']} steps, {result['train_s']:.0f} s; last-quarter training reward "
                       f"{last_quarter_reward(result['curve']):.3f}", flush=True)  # fmt: skip
     if cli.tries_only:
@@ -298,17 +299,21 @@ def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
             print(f"team_vs_single: {task_name}/{side} seed {seed}, lr {lr:g}, {budget} tokens ...", flush=True)
             result = run_part(task, side, model_path=model_path, seed=seed, learning_rate=lr, token_budget=budget,
                               eval_samples=cli.eval_samples)  # fmt: skip
-            write_json(path, {**result, "learning_rate_rule": rule, "command": command_line(),
-                              "revision": source_revision()})  # fmt: skip
+            write_json(path, {**result, **provenance(), "learning_rate_rule": rule, "command": command_line()})
             print(f"  {result['steps']} steps, {result['generated_tokens']} tokens, {result['train_s']:.0f} s; "
                   f"held-out {sum(result['before']['final']) / len(result['before']['final']):.3f} -> "
                   f"{sum(result['after']['final']) / len(result['after']['final']):.3f}", flush=True)  # fmt: skip
 
 
-def source_revision() -> str:
-    from benchmarks.bench_vs_comlrl import source_revision as revision
+def provenance() -> dict:
+    """Where a part or try ran: the machine, the libraries and the source revision (parts merge across machines)."""
+    from benchmarks.bench_vs_comlrl import library_versions, source_revision
 
-    return revision()
+    return {"machine": machine(), "versions": library_versions(), "revision": source_revision()}
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPUs ({cpu_name()}), no GPU used"
 
 
 def command_line() -> str:

@@ -3,7 +3,8 @@ plain verdict (team against the single agent), and a plot.
 
 Statistics. Per seed, a side's held-out score is the mean over held-out rows of each row's value (the mean reward of
 its sampled final answers), with a 95% Student-t interval over the rows. Across seeds, the side's score is the mean
-of the seed means, with their standard deviation (the spread) and a 95% t interval over the seeds (`mean_ci`).
+of the seed means, with their standard deviation (the spread; summary.json also holds a 95% t interval over the
+seeds, `mean_ci`).
 
 The verdict compares the team's trained score with the single agent's, over seeds: the difference of the seed means,
 with a 95% interval from the two sides' standard errors over seeds (Welch's, conservatively with the smaller side's
@@ -74,6 +75,7 @@ def summarize_side(results: list[dict]) -> dict:
            "train_s": [r["train_s"] for r in results], "trainer": results[0]["trainer"],
            "train_cpu_s": [r.get("train_cpu_s") for r in results],  # parts run before it was recorded lack it
            "load_average": [(r["load_average_before"][0], r["load_average_after"][0]) for r in results],
+           "learning_rate_rule": sorted({r.get("learning_rate_rule") or "not recorded" for r in results}),
            "eval_s": [(r["eval_before_s"], r["eval_after_s"]) for r in results],
            "part_s": [r["eval_before_s"] + r["train_s"] + r["eval_after_s"] for r in results]}  # fmt: skip
     for phase in ("before", "after"):
@@ -186,7 +188,8 @@ def task_table(task: str, entry: dict) -> list[str]:
                       + "; held-out evaluation s before / after: "
                       + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in s["eval_s"])
                       + "; the whole part (evaluations and training) s: "
-                      + ", ".join(f"{x:.0f}" for x in s["part_s"]))  # fmt: skip
+                      + ", ".join(f"{x:.0f}" for x in s["part_s"])
+                      + "; learning rate: " + " / ".join(s["learning_rate_rule"]))  # fmt: skip
         for key in s["after"]["over_seeds"]:
             if key != "final":
                 extras.append(f"- {side}, `{key}`: before {fmt(s['before']['over_seeds'][key])}, after "
@@ -223,6 +226,23 @@ def verdict_line(name: str, comparison: dict) -> str:
     return (f"- **{name}: {after['verdict']}** at this budget: after training, team minus other "
             f"{difference(after)} (95%; {after['basis']}); before training {difference(before)} "
             f"({before['verdict']}).")  # fmt: skip
+
+
+def machines_line(results_dir: str) -> str:
+    """Where the parts and tries ran, each distinct machine, library set and thread count with how many runs."""
+    runs = {}
+    for path in glob.glob(os.path.join(results_dir, "*", "**", "*seed*.json"), recursive=True):
+        with open(path) as f:
+            result = json.load(f)
+        where = (result.get("machine", "machine not recorded"), result.get("versions", "versions not recorded"),
+                 result.get("torch_threads"))  # fmt: skip
+        runs[where] = runs.get(where, 0) + 1
+    described = [f"{m}; {v}; {t} torch thread(s) per run ({n} runs)" for (m, v, t), n in sorted(runs.items(), key=str)]
+    return (
+        "Where the runs (parts and learning-rate tries) ran: " + " | ".join(described) + ". A machine may be shared: "
+        "each run's 1-minute load average at its start and end is below its table (a load above the CPU count means "
+        "the run had less than its core, and its seconds are inflated)."
+    )
 
 
 def report_text(summary: dict, header: list[str]) -> str:
@@ -271,7 +291,11 @@ def plot_task(task: str, results: dict, out_png: str) -> str:
             curves.plot(xs, ys, "-", color=colors[side], alpha=0.8, label=side if i == 0 else None)
     curves.set_xlabel("generated tokens")
     curves.set_ylabel("training reward (final turn)")
-    curves.set_title(f"{task}: training reward per run (one line per seed)", fontsize=10)
+    title = f"{task}: training reward per run (one line per seed)"
+    if any(p["turn"] > 1 for side in sides for r in results[side] for p in r["curve"]):
+        # in training, turn 2 continues each prompt's best first answer (by the reward); evaluation continues every one
+        title += "\nturn 2 of two-turn sides: after the best first answer (best-only branching)"
+    curves.set_title(title, fontsize=10)
     curves.set_ylim(0, 1)  # every reward of both tasks lies in [0, 1]
     curves.grid(True, alpha=0.3)
     curves.legend(fontsize=8)
@@ -295,7 +319,7 @@ def plot_task(task: str, results: dict, out_png: str) -> str:
     return out_png
 
 
-def write_report(results_dir: str, header: list[str]) -> tuple[str, dict]:
+def write_report(results_dir: str) -> tuple[str, dict]:
     """`report.md`, `summary.json` and one `<task>.png` per task, in `results_dir`."""
     summary = summarize(results_dir)
     with open(os.path.join(results_dir, "summary.json"), "w") as f:
@@ -308,5 +332,5 @@ def write_report(results_dir: str, header: list[str]) -> tuple[str, dict]:
             print("team_vs_single: no plots (matplotlib is missing: pip install matplotlib).")
     path = os.path.join(results_dir, "report.md")
     with open(path, "w") as f:
-        f.write(report_text(summary, header))
+        f.write(report_text(summary, [machines_line(results_dir)]))
     return path, summary

@@ -14,7 +14,10 @@ team's two adapters share one frozen base), K=4 answers per prompt, 2 prompts pe
 no top-k, TRL's default loss (`dapo`, beta 0), a constant learning rate, and training stops after the first step at
 which the run's generated tokens reach the budget. Our trainer's multi-turn sides continue only each node's best
 joint answer to turn 2 (`branching="best"`, AT-GRPO's tree), with early termination off
-(`early_termination_threshold=None`), so that every prompt gets its second turn, as in evaluation.
+(`early_termination_threshold=None`), so that every prompt gets its second turn, as in evaluation. The best joint answer
+is picked by the reward, which knows the sum: in training the second turn mostly follows a right first answer, while
+evaluation continues every sampled first answer. Their final-turn training rewards are therefore not comparable with
+the single agent's; the held-out scores are.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The benchmark's two tasks, each defined once: prompts, the reward, and what each side is asked.
 
-Every side of a task scores its answers with the same function (`Task.score`), on the same training and held-out
-questions; only how the answers are produced differs (one completion, one agent over two turns, two agents).
+Every side of a task scores its answers with the same function (`writing_reward`, `arithmetic_correct`), on the same
+training and held-out questions; only how the answers are produced differs (one completion, one agent over two turns,
+two agents).
 
 **writing** (the MAGRPO paper's setting in miniature, of the seed's kind): a text about a topic in two parts. Part 1 is
 a one-line summary, part 2 a description two to three times as long as part 1 (in characters, the seed's length
