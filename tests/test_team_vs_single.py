@@ -97,6 +97,11 @@ def test_one_command_runs_the_tries_it_needs_then_the_part_at_the_chosen_rate(tm
     # a part at a rate set by hand does not merge with the rule's parts
     with pytest.raises(SystemExit, match=r"learning_rate: recorded 'auto, tries 0.001, 0.03', now '0.001 \(--lr\)'"):
         command.main([*argv[:-3], "--lr", "1e-3", "--seeds", "1"])
+    # tries at another rate join the folder (evidence beside the rule), and leave the rule's record as it was
+    command.main([*argv[:-3], "--tries_only", "--lr_tries", "1e-2"])
+    assert os.path.exists(command.lr_try_path(results, "writing", "team", 1e-2, 100))
+    with open(f"{results}/writing/settings.json") as f:
+        assert json.load(f)["learning_rate"] == "auto, tries 0.001, 0.03"
 
 
 def test_sides_of_no_selected_task_are_refused(tmp_path):

@@ -95,22 +95,33 @@ def task_settings(name: str, cli, model_desc: str) -> dict:
     return settings
 
 
-def check_settings(results: str, task: str, settings: dict) -> None:
-    """Write `<task>/settings.json` on the first part; refuse a part whose settings differ from it."""
+def check_settings(results: str, task: str, settings: dict, *, tries_only: bool = False) -> None:
+    """Write `<task>/settings.json` on the first run; refuse a run whose settings differ from it. A tries-only run
+    neither checks nor records how parts pick their rate (`learning_rate`): tries at more rates may join the folder;
+    the first parts record it."""
     path = os.path.join(results, task, "settings.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    if not os.path.exists(path):
-        write_json(path, settings)
-        return
-    with open(path) as f:
-        recorded = json.load(f)
-    differ = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v}
+    if tries_only:
+        settings = {k: v for k, v in settings.items() if k != "learning_rate"}
+    recorded = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            recorded = json.load(f)
+    differ = {k: (recorded[k], v) for k, v in settings.items() if k in recorded and recorded[k] != v}
     if differ:
         raise SystemExit(
             f"team_vs_single: {path} records other settings for task {task!r} than this run's "
             f"({', '.join(f'{k}: recorded {a!r}, now {b!r}' for k, (a, b) in differ.items())}): parts with other "
             "settings do not merge. Use another --results folder, or the recorded settings."
         )
+    missing = {k: v for k, v in settings.items() if k not in recorded}
+    if missing and recorded and set(missing) != {"learning_rate"}:
+        raise SystemExit(
+            f"team_vs_single: {path} does not record {sorted(missing)} for task {task!r}: it was written by another "
+            "version of this benchmark, and its parts may not merge with this run's. Use another --results folder."
+        )
+    if missing:
+        write_json(path, {**recorded, **missing})
 
 
 def lr_try_path(results: str, task: str, side: str, lr: float, seed: int) -> str:
@@ -265,7 +276,7 @@ def run_task(cli, task_name: str, model_path: str, model_desc: str) -> None:
     from .report import last_quarter_reward
     from .sides import SIDES, run_part
 
-    check_settings(cli.results, task_name, task_settings(task_name, cli, model_desc))
+    check_settings(cli.results, task_name, task_settings(task_name, cli, model_desc), tries_only=cli.tries_only)
     task = make_task(task_name, cli)
     sides = [s for s in SIDES[task_name] if cli.sides is None or s in cli.sides]
     if cli.lr == "auto" or cli.tries_only:
