@@ -123,6 +123,10 @@ def test_verdict_over_seeds_and_for_one_seed():
     # difference 0.3; SE sqrt(0.02^2/3 * 2) = 0.01633; t(0.975, 2) = 4.303
     assert out["difference"] == pytest.approx(0.3) and out["ci95"] == pytest.approx(4.3027 * 0.016330, rel=1e-3)
     assert out["verdict"] == "the team wins"
+    # beside it, each seed's difference paired over the rows both sides answered
+    assert [(c["seed"], c["difference"], c["rows"]) for c in out["per_seed"]] == [
+        (s, pytest.approx(0.3), 2) for s in range(3)
+    ]
     close = side([0.51, 0.49, 0.53])
     assert report.compare(close[0], single[0], close[1], single[1])["verdict"] == "within the noise"
     one_team, one_single = side([0.2]), side([0.6])

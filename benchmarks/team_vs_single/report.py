@@ -97,21 +97,25 @@ def compare(team: list[dict], other: list[dict], summary_team: dict, summary_oth
     a verdict."""
     a, b = summary_team[phase]["over_seeds"]["final"], summary_other[phase]["over_seeds"]["final"]
     diff = a["mean"] - b["mean"]
+    shared = sorted({r["seed"] for r in team} & {r["seed"] for r in other})
+    # per seed both sides answer the same held-out rows: the difference paired over rows, beside the verdict
+    per_seed = []
+    for seed in shared:
+        t_rows = next(r for r in team if r["seed"] == seed)[phase]["final"]
+        s_rows = next(r for r in other if r["seed"] == seed)[phase]["final"]
+        paired = mean_ci([x - y for x, y in zip(t_rows, s_rows, strict=True)])
+        per_seed.append({"seed": seed, "difference": paired.mean, "ci95": paired.half_width, "rows": paired.n})
     if a["seeds"] >= 2 and b["seeds"] >= 2:
         se = math.sqrt(a["sd"] ** 2 / a["seeds"] + b["sd"] ** 2 / b["seeds"])
         half = t_quantile(0.975, min(a["seeds"], b["seeds"]) - 1) * se
         basis = f"over seeds ({a['seeds']} team, {b['seeds']} {other_name})"
+    elif not shared:
+        return {"difference": diff, "ci95": math.nan, "verdict": "not comparable (no seed run on both sides)",
+                "basis": "none", "per_seed": []}  # fmt: skip
     else:
-        shared = sorted({r["seed"] for r in team} & {r["seed"] for r in other})
-        if not shared:
-            return {"difference": diff, "ci95": math.nan, "verdict": "not comparable (no seed run on both sides)",
-                    "basis": "none"}  # fmt: skip
-        seed = shared[0]
-        t_rows = next(r for r in team if r["seed"] == seed)[phase]["final"]
-        s_rows = next(r for r in other if r["seed"] == seed)[phase]["final"]
-        paired = mean_ci([x - y for x, y in zip(t_rows, s_rows, strict=True)])
-        diff, half = paired.mean, paired.half_width
-        basis = f"one seed ({seed}) only: paired over {paired.n} held-out rows, no spread over seeds"
+        first = per_seed[0]
+        diff, half = first["difference"], first["ci95"]
+        basis = f"one seed ({first['seed']}) only: paired over {first['rows']} held-out rows, no spread over seeds"
     if math.isnan(half):
         verdict = "cannot tell (no interval)"
     elif diff == 0 and half == 0:
@@ -122,7 +126,7 @@ def compare(team: list[dict], other: list[dict], summary_team: dict, summary_oth
         verdict = "the team loses"
     else:
         verdict = "within the noise"
-    return {"difference": diff, "ci95": half, "verdict": verdict, "basis": basis}
+    return {"difference": diff, "ci95": half, "verdict": verdict, "basis": basis, "per_seed": per_seed}
 
 
 def summarize(results_dir: str) -> dict:
@@ -223,9 +227,16 @@ def verdict_line(name: str, comparison: dict) -> str:
         return f"{c['difference']:+.3f}" + ("" if math.isnan(c["ci95"]) else f" ± {c['ci95']:.3f}")
 
     after, before = comparison["after"], comparison["before"]
-    return (f"- **{name}: {after['verdict']}** at this budget: after training, team minus other "
+    line = (f"- **{name}: {after['verdict']}** at this budget: after training, team minus other "
             f"{difference(after)} (95%; {after['basis']}); before training {difference(before)} "
             f"({before['verdict']}).")  # fmt: skip
+    if len(after["per_seed"]) > 1:
+        line += (
+            " Per seed after training, paired over the held-out rows: "
+            + "; ".join(f"seed {c['seed']} {difference(c)}" for c in after["per_seed"])
+            + "."
+        )
+    return line
 
 
 def machines_line(results_dir: str) -> str:
