@@ -44,6 +44,8 @@ from pathlib import Path
 
 from offline_assets import ORG, SUBSTITUTIONS, build_assets, say
 
+from trl_multiagent.demo.contract import FAILED, OUTCOMES, UsageError, finish_run
+
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]  # the checkout whose trl_multiagent the swapped run tests (on PYTHONPATH, before any install)
@@ -212,14 +214,6 @@ def read_ci_subset(path: Path = CI_SUBSET_FILE) -> dict[str, dict]:
     return subset
 
 
-OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
-FAILED = ("failed", "error")
-
-
-class UsageError(Exception):
-    pass
-
-
 def check_tests_dir(path: Path) -> None:
     if not path.is_dir():
         raise UsageError(f"PATH {path} is not a folder (it must hold TRL's {TEST_FILE} and its helpers)")
@@ -303,48 +297,15 @@ def start_run(
     process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
     return process, {
         "mode": mode,
-        "activation_checkpointing": activation_checkpointing if mode == "swapped" else "stock",
-        "patched": patched,
+        "extra": {
+            "activation_checkpointing": activation_checkpointing if mode == "swapped" else "stock",
+            "availability_checks_defined_locally": patched,
+        },  # fmt: skip
         "raw": raw,
         "log": log,
         "command": command,
         "run_dir": run_dir,
         "start": time.time(),
-    }
-
-
-def finish_run(process: subprocess.Popen, info: dict, selection_ids: list[str] | None) -> dict:
-    returncode = process.wait()
-    info["log"].close()
-    wall = round(info.get("end", time.time()) - info["start"], 1)
-    if not info["raw"].exists():
-        tail = Path(info["log"].name).read_text(errors="replace")[-3000:]
-        raise UsageError(f"[{info['mode']}] pytest wrote no results (exit {returncode}); its log ends:\n{tail}")
-    tests = json.loads(info["raw"].read_text())["tests"]
-    collect_errors = {i: t for i, t in tests.items() if t["outcome"] == "collect-error"}
-    if collect_errors or returncode not in (0, 1):
-        tail = Path(info["log"].name).read_text(errors="replace")[-3000:]
-        raise UsageError(
-            f"[{info['mode']}] pytest exited {returncode}"
-            + (f", collection errors in {', '.join(collect_errors)}" if collect_errors else "")
-            + f"; its log ({info['log'].name}) ends:\n{tail}"
-        )
-    if selection_ids is not None:
-        for test_id in selection_ids:  # a listed CI test that pytest did not collect is a failure, not a silence
-            tests.setdefault(test_id, {"outcome": "error", "duration": 0.0, "message": "not collected"})
-    counts = {outcome: sum(1 for t in tests.values() if t["outcome"] == outcome) for outcome in OUTCOMES}
-    counts["total"] = len(tests)
-    counts["ran"] = counts["total"] - counts["skipped"]
-    return {
-        "mode": info["mode"],
-        "activation_checkpointing": info["activation_checkpointing"],
-        "command": " ".join(info["command"]),
-        "run_dir": str(info["run_dir"]),
-        "pytest_exit": returncode,
-        "availability_checks_defined_locally": info["patched"],
-        "wall_seconds": wall,
-        "counts": counts,
-        "tests": tests,
     }
 
 
