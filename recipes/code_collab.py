@@ -59,7 +59,7 @@ from sandbox import check_sandbox
 from transformers import AutoTokenizer
 from trl import ModelConfig
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
 from trl_multiagent.demo.plot import last_logged
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
@@ -192,5 +192,6 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
 
 
 if __name__ == "__main__":
+    reuse_freed_memory()  # on a CPU only; see its docstring
     script_args, training_args, model_args = make_parser().parse_args_and_config()
-    main(script_args, training_args, model_args)
+    main(script_args, training_args, model_args).end()  # trackers and process groups released before exit

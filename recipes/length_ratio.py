@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.examples import (
     PROMPTS,
@@ -298,7 +298,8 @@ def one_thread_unless_told() -> None:
 
 if __name__ == "__main__":
     one_thread_unless_told()
+    reuse_freed_memory()  # on a CPU only; see its docstring
     script_args, training_args, model_args = make_parser().parse_args_and_config()
     trainer = main(script_args, training_args, model_args)
-    # Close trackers and the process group before the interpreter exits, so that no rank tears down mid-collective.
-    trainer.accelerator.end_training()
+    # Close trackers and the process groups before the interpreter exits, so that no rank tears down mid-collective.
+    trainer.end()

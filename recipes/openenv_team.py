@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from trl import ModelConfig
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.plot import run_report
@@ -261,4 +261,5 @@ def make_parser() -> FlagParser:
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    reuse_freed_memory()  # on a CPU only; see its docstring
+    main(*make_parser().parse_args_and_config()).end()  # trackers and process groups released before exit

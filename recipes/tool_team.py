@@ -43,7 +43,7 @@ from transformers import AutoTokenizer
 from trl import ModelConfig
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.plot import run_report
@@ -206,4 +206,5 @@ def make_parser() -> FlagParser:
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    reuse_freed_memory()  # on a CPU only; see its docstring
+    main(*make_parser().parse_args_and_config()).end()  # trackers and process groups released before exit

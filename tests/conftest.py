@@ -15,6 +15,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from trl_multiagent.demo.examples import PROMPTS as SEED_PROMPTS  # noqa: E402, F401
 from trl_multiagent.demo.examples import length_feedback, length_ratio_reward  # noqa: E402, F401
 from trl_multiagent.demo.testing import make_model, make_tokenizer  # noqa: E402
+from trl_multiagent.devices import reuse_freed_memory  # noqa: E402
+
+
+# The suite's choice for its own process, as the recipes make it (the trainer never does): the updates' large tensors
+# reuse freed heap memory instead of page-faulting fresh pages on every step (docs/benchmarks.md).
+reuse_freed_memory()
 
 
 # The sandbox tests (recipes/sandbox.py) need bubblewrap, which pip cannot install. Without it they skip, and the run

@@ -1,14 +1,11 @@
-"""Runs that cannot learn say so (`diagnostics`), and the console line shows the dozen values a user reads
-(`console`): real tiny-model runs, the WARNINGs read from the log."""
+"""Runs that cannot learn say so (`diagnostics`): real tiny-model runs, the WARNINGs read from the log."""
 
-import ast
 
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 
 import trl_multiagent.diagnostics as diagnostics
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.console import CONSOLE_KEY, ShortPrinterCallback, ShortProgressCallback, console_logs
 from trl_multiagent.demo.testing import make_model
 
 
@@ -93,26 +90,3 @@ def test_a_learning_run_says_neither(tmp_path, tokenizer, caplog):
     assert "turn_2/reward_mean" in trainer.state.log_history[0]  # both turns ran
     assert all(e["grad_norm"] > 0 for e in trainer.state.log_history if "grad_norm" in e)
     assert [r.getMessage() for r in caplog.records] == []
-
-
-def test_the_console_line_shows_the_dozen_keys(tmp_path, tokenizer, capsys):
-    trainer = train(tmp_path, tokenizer, length_ratio_reward, steps=1, disable_tqdm=True)
-    assert any(isinstance(c, ShortPrinterCallback) for c in trainer.callback_handler.callbacks)
-    printed = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    step_line = next(line for line in printed if "loss" in line)
-    logged = next(e for e in trainer.state.log_history if "loss" in e)
-    assert len(logged) > 40  # log_history keeps every value
-    assert 8 <= len(step_line) <= 14, step_line
-    assert {"loss", "grad_norm", "reward", "turn_1/reward_mean", "frac_reward_zero_std"} <= set(step_line)
-    assert all(CONSOLE_KEY.match(key) for key in step_line)
-    assert any("train_runtime" in line for line in printed)  # the summary is printed whole
-
-
-def test_the_progress_bar_is_swapped_too(tmp_path, tokenizer):
-    trainer = build(tmp_path, tokenizer, length_ratio_reward)
-    kinds = [type(c) for c in trainer.callback_handler.callbacks]
-    assert ShortProgressCallback in kinds and not any(k.__name__ == "ProgressCallback" for k in kinds)
-    assert console_logs({"eval_reward": 1.0, "eval_turn_2/reward_mean": 0.5, "eval_timing/x": 1}) == {
-        "eval_reward": 1.0,
-        "eval_turn_2/reward_mean": 0.5,
-    }

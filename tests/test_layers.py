@@ -19,7 +19,7 @@ FLOORS = [
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
-    ["metrics", "distributed", "checkpoint", "diagnostics", "console", "environment_lifecycle", "trees"],
+    ["metrics", "distributed", "checkpoint", "diagnostics", "environment_lifecycle", "trees"],
     ["config"],
     ["arguments"],
     ["trainer"],

@@ -138,14 +138,6 @@ torch
   generation/vllm_colocate.py (`_push_full_weights`) -- a module wrapped for activation checkpointing (FSDP's) names
   its parameters `..._checkpoint_wrapped_module.<name>`; removing that part gives transformers' names.
 
-DeepSpeed
-
-- `TorchBackend.barrier`, `TorchBackend.monitored_barrier` (`deepspeed.comm.torch`) -- distributed.py
-  (`release_groups_held_as_defaults`) -- imported after the process group was made, the `group` default of both is
-  that world group (0.19's signatures), which the package replaces with None at exit; their bodies read `group=None`
-  as the current world group; once the defaults are None, destroying the groups and collecting frees them and joins
-  their gloo threads.
-
 Not tested: `_model_name_or_path` (demo/models.py) is a key the GGUF loader may put in a config; the package deletes
 it when present, and does nothing when it is not. `_keeps_weights` (generation/vllm_cpu.py) is the package's own
 mark on its own function.
@@ -893,56 +885,6 @@ def test_checkpoint_wrapper_prefix_is_what_the_weight_sync_strips():
     names = [name for name, _ in model.named_parameters()]
     assert names == ["0._checkpoint_wrapped_module.weight", "0._checkpoint_wrapped_module.bias"], names
     assert [name.replace("_checkpoint_wrapped_module.", "") for name in names] == ["0.weight", "0.bias"]
-
-
-DEEPSPEED_DEFAULTS_CHECK = """
-import gc, os, socket
-import torch
-
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-from deepspeed.comm.torch import TorchBackend  # imported after the group was made, as in a run
-
-from trl_multiagent.distributed import release_groups_held_as_defaults
-
-METHODS = ("barrier", "monitored_barrier")
-
-def gloo_threads():
-    return [n for t in os.listdir("/proc/self/task") if "gloo" in (n := open(f"/proc/self/task/{t}/comm").read())]
-
-held = [
-    name for name in METHODS
-    if any(isinstance(d, torch.distributed.ProcessGroup) for d in getattr(TorchBackend, name).__defaults__)
-]
-TorchBackend.barrier(None, group=None)  # None: the current world group (the body does not use self)
-assert gloo_threads()
-torch.distributed.destroy_process_group()
-released = release_groups_held_as_defaults()
-assert released >= len(held), (released, held)
-assert all(getattr(TorchBackend, name).__defaults__[0] is None for name in METHODS)
-gc.collect()
-assert not gloo_threads(), gloo_threads()
-print("held", held)
-"""
-
-
-@contract("deepspeed", "TorchBackend.barrier", "TorchBackend.monitored_barrier", used_in="distributed.py")
-def test_deepspeed_world_default_is_released_and_none_means_the_world_group():
-    """In a process of its own (one gloo process): DeepSpeed imported after the group was made holds it as a default;
-    `group=None` works; after `destroy_process_group` and `release_groups_held_as_defaults`, collecting joins every
-    gloo thread."""
-    pytest.importorskip("deepspeed")
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-c", DEEPSPEED_DEFAULTS_CHECK], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "held ['barrier', 'monitored_barrier']" in result.stdout  # DeepSpeed 0.19: both defaults held the group
 
 
 # ====================================================================== vLLM (one CPU engine)

@@ -63,7 +63,7 @@ def test_trl_grpo_script_trains_a_team(tmp_path):
     table = pd.read_parquet(tables[-1])
     assert sorted(set(table["agent"])) == [0, 1] and set(table["turn"]) == {1}
     assert len(table) == 2 * 4 and "think_format_reward" in table.columns  # 2 agents x 2 prompts x K=2
-    assert "'rewards/think_format_reward/mean':" in done.stdout  # TRL's key, on the short console line
+    assert "'rewards/think_format_reward/mean':" in done.stdout  # TRL's key, on TRL's console line
     assert "Step 2" in done.stdout  # TRL's console sample of the completions (`num_completions_to_print`)
 
 
@@ -96,4 +96,4 @@ def test_trl_grpo_script_with_continuous_batching_generates_through_it(tmp_path)
     )  # fmt: skip
     calls = json.loads(done.stdout.split("GENERATION_CALLS", 1)[1].splitlines()[0])
     assert calls == {"generate_batch": 2, "generate": 0}  # 2 agents x 1 turn x 1 step, none through `generate`
-    assert "'rewards/think_format_reward/mean':" in done.stdout  # TRL's key, on the short console line
+    assert "'rewards/think_format_reward/mean':" in done.stdout  # TRL's key, on TRL's console line

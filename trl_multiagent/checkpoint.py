@@ -21,7 +21,6 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, load_sh
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
-from .distributed import end_at_exit
 from .model_card import write_agent_card
 from .prepared_models import prepared_hub_id
 from .update.batching import EpochSeededSampler
@@ -361,11 +360,7 @@ class TeamCheckpointing:
         save_merged_team(self.team, self.tokenizers, output_dir, self.one_agent_in_agent_folder)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`).
-
-        The process groups are released when the process exits (`trainer.end()` at exit, unless called before).
-        """
-        end_at_exit(self)
+        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
         if resume_from_checkpoint:
             resume_from_checkpoint = agreed_resume(self.accelerator, self.args.output_dir, resume_from_checkpoint)
         if resume_from_checkpoint and self.args.should_log:

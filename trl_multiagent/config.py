@@ -377,7 +377,7 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
                     "independent copies)."
                 )
             elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
-                self._configure_deepspeed_on_cpu()
+                self._check_deepspeed_on_cpu()
         # Every agent runs a forward on every micro-step (inert rows fill in), so DDP need not search for unused
         # parameters; transformers would otherwise turn the search on for a model that is not a PreTrainedModel.
         if self.ddp_find_unused_parameters is None:
@@ -555,30 +555,26 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
                     f"generation_batch_size={-(-batch // step) * step}."
                 )
 
-    def _configure_deepspeed_on_cpu(self):
-        # Forced by transformers and accelerate: with no accelerator, accelerate leaves the backend unset and counts 1
-        # process while DeepSpeed counts all of them (its batch-size check fails), and `use_cpu` would fall back to DDP.
-        # So the process group is made with gloo before TrainingArguments makes its own: under `accelerate launch`
-        # through `ddp_backend` (TrainingArguments rebuilds the state with it); with `deepspeed=` in the config, by
-        # building accelerate's state now for the Trainer to reuse, ACCELERATE_USE_DEEPSPEED set only while it is built
-        # (accelerate reads it then), as TrainingArguments sets it, and restored.
-        from accelerate import PartialState
-
+    def _check_deepspeed_on_cpu(self):
+        """DeepSpeed in several CPU processes needs a gloo process group, which transformers and accelerate do not make
+        on their own there: with no accelerator accelerate leaves the backend unset and counts 1 process while DeepSpeed
+        counts all of them (its batch-size check fails with a message about GPUs). Under `accelerate launch` with a
+        DeepSpeed config, `ddp_backend` names it (a field, like `use_cpu`). With `deepspeed=` in the config,
+        TrainingArguments ignores `ddp_backend`: the launch must make the state first, and the config must say it uses
+        it; nothing here builds it, as GRPOConfig does not."""
         if self.deepspeed is None:
             self.ddp_backend = self.ddp_backend or "gloo"
             return
-        previous = os.environ.get("ACCELERATE_USE_DEEPSPEED")
-        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-        try:
-            PartialState(backend="gloo")
-        finally:
-            if previous is None:
-                del os.environ["ACCELERATE_USE_DEEPSPEED"]
-            else:
-                os.environ["ACCELERATE_USE_DEEPSPEED"] = previous
-        if self.accelerator_config is None:
-            self.accelerator_config = {}
-        if isinstance(self.accelerator_config, dict):
-            self.accelerator_config["use_configured_state"] = True
-        else:
-            self.accelerator_config.use_configured_state = True
+        given = self.accelerator_config or {}  # a dict, an AcceleratorConfig, or a JSON file's path (not read here)
+        if not (
+            given.get("use_configured_state")
+            if isinstance(given, dict)
+            else getattr(given, "use_configured_state", True)
+        ):
+            raise ValueError(
+                f"MAGRPOConfig: deepspeed={self.deepspeed!r} in {os.environ['WORLD_SIZE']} processes without a GPU "
+                "needs a gloo process group made before the config, which transformers does not make on a CPU. "
+                "Launch with `accelerate launch --config_file accelerate_configs/zero2.yaml` (or zero3.yaml) and no "
+                "`deepspeed=`, or build `accelerate.PartialState(backend='gloo')` while ACCELERATE_USE_DEEPSPEED=true "
+                "is set and pass accelerator_config={'use_configured_state': True}."
+            )

@@ -16,28 +16,39 @@ def has_accelerator() -> bool:
     return bool(xpu is not None and xpu.is_available())
 
 
-# glibc's `mallopt` parameters (malloc.h) and the variables through which a user sets the allocator up instead
+# glibc's `mallopt` parameters (malloc.h) and the variables through which the allocator is set up before a process starts
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_USER_ALLOCATOR_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+_ALLOCATOR_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
 
 
 @functools.cache
 def reuse_freed_memory() -> str:
-    """On a CPU, make glibc's malloc keep the memory the update frees, for the update's next tensors.
+    """On a CPU, make this process's glibc malloc keep the memory it frees, for the next large tensors. Opt-in: the
+    trainer never calls it; the recipes, the benchmarks and the test suite do, and so may a CPU user's script.
+
+    It changes the allocator of the whole process, for good, so call it at the start of a script, not from a library.
+    The same setting from the shell, before Python starts (glibc reads these variables only at start-up)::
+
+        MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 python train.py
 
     Why: glibc serves every allocation above 32 MiB (the most its mmap threshold can rise to) with a fresh `mmap`,
     and unmaps it when freed. The update's largest tensors (a chunk's logits over the vocabulary and their gradients,
-    50 MB and more for SmolLM2) are such allocations, so every step touches gigabytes of new pages: measured on
-    SmolLM2-135M (2 agents, 40 rows each, benchmarks/bench_limit.py), 4-5.5 million page faults per update and
-    45-60 s, against 38-42 s in the rare state where the heap already held the memory. How many faults a step takes
-    depends on the process's past (colocated vLLM engines built and freed in it shifted it: the update looked slower
-    with engines alive). With `mmap` off for malloc (`M_MMAP_MAX=0`) and the heap never trimmed
-    (`M_TRIM_THRESHOLD` at its maximum), large blocks come from the heap and a freed block serves the next request:
-    0.6-1.1 million faults, 37-42 s per update, with or without engines. The process keeps its peak memory.
+    50 MB and more for SmolLM2) are such allocations, so every step touches gigabytes of new pages. With `mmap` off for
+    malloc (`M_MMAP_MAX=0`) and the heap never trimmed (`M_TRIM_THRESHOLD` at its maximum), large blocks come from the
+    heap and a freed block serves the next request; the process keeps its peak memory. What it is worth on an update
+    is measured in docs/benchmarks.md ("The allocator on a CPU").
 
-    Left alone (and said why) with an accelerator (the update's tensors are on it), without glibc, or when the user
-    set the allocator up (`MALLOC_MMAP_MAX_`, `MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`,
-    or another allocator in `LD_PRELOAD`). Returns what was done, once per process.
+    Does nothing (and says why) with an accelerator (the update's tensors are on it), without glibc, or when the
+    allocator was set up already (`MALLOC_MMAP_MAX_`, `MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`,
+    `GLIBC_TUNABLES`, or another allocator in `LD_PRELOAD`). Returns what was done: `"set"`, or why it was left.
+
+    Example:
+
+    ```python
+    from trl_multiagent import reuse_freed_memory
+
+    reuse_freed_memory()  # first thing in a CPU training script
+    ```
     """
     import ctypes
     import os
@@ -46,21 +57,15 @@ def reuse_freed_memory() -> str:
     from transformers.utils import logging
 
     logger = logging.get_logger(__name__)
-    user = [name for name in _USER_ALLOCATOR_VARIABLES if name in os.environ]
+    set_up = [name for name in _ALLOCATOR_VARIABLES if name in os.environ]
     if "malloc" in os.environ.get("LD_PRELOAD", ""):
-        user.append("LD_PRELOAD")
+        set_up.append("LD_PRELOAD")
     if has_accelerator():
-        return "left: the update runs on an accelerator"
-    if user or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        done = f"left as set by {', '.join(user)}" if user else "left: not glibc"
-        logger.info_once(f"trl_multiagent: malloc {done}.")
-        return done
-    libc = ctypes.CDLL(None)
-    if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)):
-        return "left: mallopt refused"
-    logger.info_once(
-        "trl_multiagent: on this CPU, malloc keeps freed memory for reuse (M_MMAP_MAX=0, M_TRIM_THRESHOLD max): the "
-        "update's large tensors would otherwise page-fault on every step. Set MALLOC_MMAP_MAX_ (any value) to keep "
-        "glibc's own behaviour."
-    )
-    return "set"
+        done = "left: the update runs on an accelerator"
+    elif set_up or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        done = f"left as set by {', '.join(set_up)}" if set_up else "left: not glibc"
+    else:
+        libc = ctypes.CDLL(None)
+        done = "set" if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) else "left: refused"
+    logger.info(f"trl_multiagent.reuse_freed_memory: malloc {done}.")
+    return done

@@ -16,8 +16,6 @@ from trl.models.utils import disable_gradient_checkpointing
 from . import arguments, credit
 from .checkpoint import TeamCheckpointing
 from .config import MAGRPOConfig
-from .console import attach_callbacks
-from .devices import reuse_freed_memory
 from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
 from .environment_lifecycle import EnvironmentLifecycle
 from .environments.worlds import closes_worlds_on_error
@@ -145,7 +143,6 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.tokenizers, self.task = inputs.tokenizers, inputs.task
         self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
 
-        reuse_freed_memory()  # on a CPU: the update's large tensors would page-fault on every step (`devices`)
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
         self.team, self.agent_eos_token_ids = built
         reward_funcs = arguments.load_reward_models(self.task.joint_reward.funcs, args)
@@ -164,7 +161,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.beta, self.use_vllm = args.beta, args.use_vllm
         self._set_up_entropy_bonus(args)  # GRPOTrainer's entropy bonus, per agent (`update.entropy`)
         self.task.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-        attach_callbacks(self, inputs.callbacks)  # the learning-signal warnings; the short console line
+        for callback in inputs.callbacks:  # the learning-signal warnings, and the CoMLRL face's (`arguments`)
+            self.add_callback(callback)
         fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
         self.ref_team, reference_sync = build_reference(self.accelerator, self.team, args, self.temperature)

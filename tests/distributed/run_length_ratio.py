@@ -18,7 +18,7 @@ from accelerate.utils import gather_object
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint, reuse_freed_memory
 from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 from trl_multiagent.demo.testing import make_model, make_tokenizer, with_trained_adapter
 from trl_multiagent.rollout import Generation
@@ -140,6 +140,21 @@ def gathered(module, trainer):
     return contextlib.nullcontext()
 
 
+def gloo_state_for_deepspeed():
+    """What a launcher sets up for DeepSpeed, here on a CPU: the gloo process group, made before the config (which
+    then uses it: `use_configured_state`). transformers builds the state for `deepspeed=` without a backend, and on a
+    CPU accelerate then counts one process while DeepSpeed counts all of them. `ACCELERATE_USE_DEEPSPEED` is set only
+    while the state is built, as transformers sets it."""
+    import deepspeed  # noqa: F401  (its own import sets PYTORCH_NVML_BASED_CUDA_CHECK; the check below is about ours)
+    from accelerate import PartialState
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    try:
+        PartialState(backend="gloo")
+    finally:
+        del os.environ["ACCELERATE_USE_DEEPSPEED"]
+
+
 def groups_state():
     return "held" if torch.distributed.is_initialized() else "released"
 
@@ -191,10 +206,10 @@ def main():
     parser.add_argument("--log_rollout_trees", action="store_true", help="record the trees; each rank notes its own")
     cli = parser.parse_args()
 
+    reuse_freed_memory()  # as the recipes do on a CPU (the trainer leaves the allocator alone)
     tokenizer = make_tokenizer()
     if cli.deepspeed:
-        # DeepSpeed's own import sets PYTORCH_NVML_BASED_CUDA_CHECK (0.19.8); the check below is about what ours sets.
-        import deepspeed  # noqa: F401
+        gloo_state_for_deepspeed()
     environment = dict(os.environ)
     args = MAGRPOConfig(
         output_dir=cli.output_dir, num_turns=1 if cli.one_agent else 2, early_termination_threshold=0.55, num_generations=2,
@@ -205,16 +220,16 @@ def main():
         generate_chunk_size=cli.generate_chunk_size, agent_learning_rates=cli.agent_learning_rates,
         gradient_checkpointing=True,  # TRL's GPU default: the runs check the update under activation checkpointing
         log_rollout_trees=cli.log_rollout_trees,
-        check_functions_before_training=False
+        accelerator_config={"use_configured_state": True} if cli.deepspeed else None,
     )  # fmt: skip
-    # Building a config changes no environment variable (for `deepspeed=` on CPU it builds the gloo state itself).
+    # Building a config changes no environment variable.
     assert dict(os.environ) == environment, set(os.environ.items()) ^ set(environment.items())
     rank = int(os.environ.get("RANK", "0"))
     os.makedirs(cli.output_dir, exist_ok=True)
     with open(os.path.join(cli.output_dir, f"pid_rank{rank}"), "w") as f:
         f.write(str(os.getpid()))
-    # Registered before the trainer's own exit hook, so it runs after it (atexit is last in, first out): the script
-    # just returns, and the trainer must have released the process groups by then (tests/test_distributed.py).
+    # Runs after `main` returned, which ends with `trainer.end()`: the process groups must be released by then, and
+    # their gloo threads gone, before the interpreter's finalisation (tests/test_distributed.py).
     atexit.register(
         lambda: print(
             f"rank {rank}: process groups at exit: {groups_state()}, gloo threads {gloo_threads()}", flush=True
@@ -293,6 +308,9 @@ def main():
                 "group_lrs": group_lrs}  # fmt: skip
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump(info, f)
+    # Trainer's own release of the trackers and process groups, at the very end: without it, a gloo thread left to the
+    # interpreter's finalisation can abort a finished run ("terminate called without an active exception").
+    trainer.end()
 
 
 if __name__ == "__main__":

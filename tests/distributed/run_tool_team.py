@@ -85,6 +85,7 @@ def main():
     if trainer.is_world_process_zero():
         with open(os.path.join(cli.output_dir, "info.json"), "w") as f:
             json.dump({"log": trainer.state.log_history, "processes": trainer.accelerator.num_processes}, f)
+    trainer.end()  # Trainer's release of the process groups, before the interpreter's finalisation
 
 
 if __name__ == "__main__":
