@@ -397,12 +397,14 @@ def test_a_reward_processor_returning_nan_is_named_by_its_keyword(tmp_path, toke
     def halve_badly(value):
         return float("nan")
 
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+        reward_func=lambda a, b: [0.0] * len(a), reward_processor=halve_badly, args=comlrl_config(tmp_path),
+        external_transition=length_feedback,
+    )  # fmt: skip
     with pytest.raises(ValueError, match=r"reward_processor 'halve_badly' returned nan for the value 0.0 of reward"):
-        MAGRPOTrainer(
-            agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
-            reward_func=lambda a, b: [0.0] * len(a), reward_processor=halve_badly, args=comlrl_config(tmp_path),
-            external_transition=length_feedback,
-        )  # fmt: skip
+        trainer.train()  # at its first call, as CoMLRL calls it (nothing is called when the trainer is built)
+    assert trainer.state.global_step == 0
 
 
 @pytest.mark.parametrize("num_generations", [1, None])

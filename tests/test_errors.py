@@ -4,6 +4,7 @@ import math
 import warnings
 
 import pytest
+import torch
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
@@ -46,6 +47,27 @@ def build(tok, args, data, **overrides):
     )  # fmt: skip
     kwargs.update(overrides)
     return MAGRPOTrainer(**kwargs)
+
+
+def refused(tok, args, data, when, error, message, **functions):
+    """A wrong return of the user's `functions`, refused with `message`: `when="built"`, by the opt-in placeholder call
+    (`check_functions_before_training=True`) before any generation; `when="first call"` (the default config), at its
+    first call in training, after the first generation and before any update: no step counted, no weight changed."""
+    if when == "built":
+        args.check_functions_before_training = True
+        with pytest.raises(error, match=message):
+            build(tok, args, data, **functions)
+        return
+    trainer = build(tok, args, data, model=[make_model(tok, seed=i) for i in range(2)], **functions)
+    before = {name: p.detach().clone() for name, p in trainer.team.named_parameters()}
+    with pytest.raises(error, match=message):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    for name, p in trainer.team.named_parameters():
+        assert torch.equal(p, before[name]), name
+
+
+WHEN = pytest.mark.parametrize("when", ["built", "first call"])
 
 
 def test_config_is_cpu_safe_with_the_seed_arguments():
@@ -200,8 +222,9 @@ def test_transition_names_bind_by_name_in_any_order_and_by_position_otherwise(to
         seen["by position"] = (p, completions, n, sorted(history))
         return [p] * n
 
+    args.check_functions_before_training = True  # the placeholder call when built shows what the transition gets
     for transition in (comlrl_style, own_names):
-        build(tokenizer, args, data, external_transition=transition)  # the placeholder call when built
+        build(tokenizer, args, data, external_transition=transition)
     prompt = SEED_PROMPTS[0]
     assert seen["by name"] == (prompt, ["placeholder answer"] * 2, 2, [[prompt], [prompt]])
     p, completions, n, history = seen["by position"]
@@ -263,9 +286,11 @@ def test_formatter_returning_a_bad_prompt_is_refused_when_built(tokenizer, args,
         build(tokenizer, args, data, formatters=formatters)
 
 
-def test_transition_returning_a_blank_prompt_names_the_turn(tokenizer, args, data):
-    with pytest.raises(ValueError, match=r"'<lambda>' \(after turn 1\), agent 1's prompt is empty"):
-        build(tokenizer, args, data, external_transition=lambda prompt, agent_completions, num_agents: [prompt, ""])
+@WHEN
+def test_transition_returning_a_blank_prompt_names_the_turn(tokenizer, args, data, when):
+    message = r"'<lambda>' \(after turn 1\), agent 1's prompt is empty"
+    blank = lambda prompt, agent_completions, num_agents: [prompt, ""]  # noqa: E731
+    refused(tokenizer, args, data, when, ValueError, message, external_transition=blank)
 
 
 def test_two_turns_need_a_transition(tokenizer, args, data):
@@ -287,45 +312,45 @@ def test_two_turns_need_a_transition(tokenizer, args, data):
         ),
     ],
 )
-def test_transition_contract_errors_before_generation(tokenizer, args, data, returned, message):
+@WHEN
+def test_transition_contract_errors_before_any_update(tokenizer, args, data, returned, message, when):
     def bad_transition(prompt, agent_completions, num_agents, **history):
         return returned(num_agents)
 
-    with pytest.raises((ValueError, TypeError), match=message):
-        build(tokenizer, args, data, external_transition=bad_transition)
+    refused(tokenizer, args, data, when, (ValueError, TypeError), message, external_transition=bad_transition)
 
 
 @pytest.mark.parametrize(
     "returned, message",
     [
-        (lambda a, b: [1.0] * (len(a) + 1), r"'bad_reward' \(turn 1\) returned 3 values for 2 joint actions"),
+        (lambda a, b: [1.0] * (len(a) + 1), r"'bad_reward' \(turn 1\) returned (3|5) values for (2|4) joint actions"),
         (lambda a, b: [math.nan] * len(a), r"'bad_reward' \(turn 1\) returned nan at index 0"),
         (lambda a, b: ["high"] * len(a), r"'bad_reward' \(turn 1\) returned a non-number at index 0: 'high'"),
         (
             lambda a, b: 1.0,
-            r"'bad_reward' \(turn 1\) must return a list of 2 floats.*got 1.0\. If it scores one joint action per "
+            r"'bad_reward' \(turn 1\) must return a list of (2|4) floats.*got 1.0\. If it scores one joint action per "
             r"call, wrap it: per_joint_action\(bad_reward\)",
         ),
     ],
 )
-def test_reward_contract_errors_before_generation(tokenizer, args, data, returned, message):
+@WHEN
+def test_reward_contract_errors_before_any_update(tokenizer, args, data, returned, message, when):
     def bad_reward(completions1, completions2):
         return returned(completions1, completions2)
 
-    with pytest.raises((ValueError, TypeError), match=message):
-        build(tokenizer, args, data, reward_funcs=bad_reward)
+    refused(tokenizer, args, data, when, (ValueError, TypeError), message, reward_funcs=bad_reward)
 
 
-def test_a_joint_reward_returning_one_value_for_two_joint_actions_fails_when_built(tokenizer, args, data):
+@WHEN
+def test_a_joint_reward_returning_one_value_for_several_joint_actions_is_refused(tokenizer, args, data, when):
     """Stated `joint`, `[0.5]` is an error, not CoMLRL's one-joint-action-per-call convention (see test_rewards.py)."""
 
     @joint
     def half(completions1, completions2):
         return [0.5]
 
-    message = r"'half' \(turn 1\) returned 1 value for 2 joint actions; it must return one per joint action"
-    with pytest.raises(ValueError, match=message):
-        build(tokenizer, args, data, reward_funcs=half)
+    message = r"'half' \(turn 1\) returned 1 value for (2|4) joint actions; it must return one per joint action"
+    refused(tokenizer, args, data, when, ValueError, message, reward_funcs=half)
 
 
 @pytest.mark.parametrize(
@@ -333,7 +358,7 @@ def test_a_joint_reward_returning_one_value_for_two_joint_actions_fails_when_bui
     [
         (
             lambda log_extra, n: log_extra("note", ["x"]),
-            r"'bad_reward' \(turn 1\): log_extra\('note', ...\) got \['x'\]; it takes a list of 2 values, one per "
+            r"'bad_reward' \(turn 1\): log_extra\('note', ...\) got \['x'\]; it takes a list of (2|4) values, one per "
             r"joint action",
         ),
         (
@@ -342,13 +367,13 @@ def test_a_joint_reward_returning_one_value_for_two_joint_actions_fails_when_bui
         ),
     ],
 )
-def test_log_extra_misuse_fails_before_generation(tokenizer, args, data, logged, message):
+@WHEN
+def test_log_extra_misuse_is_refused_before_any_update(tokenizer, args, data, logged, message, when):
     def bad_reward(completions1, completions2, log_extra):
         logged(log_extra, len(completions1))
         return [0.0] * len(completions1)
 
-    with pytest.raises(ValueError, match=message):
-        build(tokenizer, args, data, reward_funcs=bad_reward)
+    refused(tokenizer, args, data, when, ValueError, message, reward_funcs=bad_reward)
 
 
 def test_reward_error_mid_training_keeps_checkpoints(tmp_path, tokenizer, data):

@@ -121,7 +121,7 @@ PEFT
 
 vLLM (tests marked `vllm`; one in-process engine, `VLLM_ENABLE_V1_MULTIPROCESSING=0`, as the colocate backend builds it)
 
-- `LLMEngine.engine_core._finalizer` -- generation/vllm_colocate.py (`close`) -- a `weakref.finalize` that shuts the
+- `LLMEngine.engine_core._finalizer` -- generation/vllm_colocate.py (`shut_down`) -- a `weakref.finalize` that shuts the
   engine core down, once: afterwards it is dead, and calling it again does nothing.
 - `LLMEngine.model_executor.driver_worker.model_runner.model` -- generation/vllm_colocate.py (`engine_model`) -- the
   torch model in this process; its `load_weights` takes transformers' parameter names and writes those weights.

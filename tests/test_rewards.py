@@ -85,8 +85,8 @@ def test_a_reward_stated_per_joint_action_gives_the_batched_rewards(tmp_path, to
     batched, batched_log = train(tmp_path / "b", tokenizer, dataset, reward_funcs=batched_reward)
     assert per_action.task.joint_reward.one_action_per_call == [True]
     assert batched.task.joint_reward.one_action_per_call == [False]
-    # the build-time call with 2 joint actions, then 2 prompts x K=2: one call per joint action
-    assert set(calls) == {(1, 1, 1)} and len(calls) == 2 + 4
+    # 2 prompts x K=2: one call per joint action (nothing is called when the trainer is built)
+    assert set(calls) == {(1, 1, 1)} and len(calls) == 4
     for key in ("turn_1/reward_mean", "turn_1/reward_std", "train_loss"):
         assert per_action_log[key] == pytest.approx(batched_log[key], abs=1e-6)
     for (name, a), (_, b) in zip(per_action.team.state_dict().items(), batched.team.state_dict().items(), strict=True):
@@ -139,14 +139,13 @@ def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
         tmp_path, tokenizer, chat_dataset(), reward_funcs=[correctness_reward, joint_reward, think_format_reward],
         args=config(tmp_path, reward_weights=[0.5, 2.0, 3.0]),
     )  # fmt: skip
-    assert log["correctness/calls"] == pytest.approx((3 + 4) / 2)  # the step's two calls (the 3rd and 4th), averaged
+    assert log["correctness/calls"] == pytest.approx((1 + 2) / 2)  # the step's two calls, averaged
     agent_means = [log[f"agent_{i}/rewards/correctness_reward/mean"] for i in range(2)]
     assert log["turn_1/rewards/correctness_reward/mean"] == pytest.approx(sum(agent_means) / 2)
     think = log["turn_1/rewards/think_format_reward/mean"]
     assert log["turn_1/reward_mean"] == pytest.approx(0.5 * sum(agent_means) / 2 + 2.0 + 3.0 * think, abs=1e-5)
-    training_calls = calls[2:]  # calls[:2] are the build-time check's, one per agent
-    assert len(training_calls) == 2  # one per agent
-    for prompts, completions, ids, answers in training_calls:
+    assert len(calls) == 2  # one per agent (nothing is called when the trainer is built)
+    for prompts, completions, ids, answers in calls:
         assert all(p[0]["role"] == "user" for p in prompts) and len(prompts) == len(completions) == len(ids) == 4
         assert all(len(c) == 1 and c[0]["role"] == "assistant" for c in completions)
         assert all(
@@ -155,7 +154,7 @@ def test_a_trl_reward_scores_each_agent_and_the_team_gets_their_mean(tmp_path):
         )
         assert answers[0] == answers[1] != answers[2] == answers[3]  # the two rows' column, K times each
     # each agent saw its own completions: the two calls' texts differ (different models)
-    assert training_calls[0][1] != training_calls[1][1]
+    assert calls[0][1] != calls[1][1]
 
     one_agent, log_1 = train(
         tmp_path / "agent1", tokenizer, chat_dataset(), reward_funcs=[correctness_reward],
@@ -233,9 +232,9 @@ def test_each_stated_convention_gives_the_trainer_its_values(tmp_path, tokenizer
     assert "is read as" not in caplog.text  # stated: nothing inferred
     assert trainer.task.joint_reward.names == ["difference", "length", "first_length"]
     assert trainer.task.joint_reward.per_agent == [False, True, False]
-    # build time (2 joint actions): one call of the joint function, 2 of the per-joint-action one; then 4 joint actions
-    assert [c for c in calls if c[0] == "difference"] == [("difference", 2), ("difference", 4)]
-    assert [c for c in calls if c[0] == "first_length"] == [("first_length", 1)] * (2 + 4)
+    # 4 joint actions: one call of the joint function, 4 of the per-joint-action one (none when the trainer is built)
+    assert [c for c in calls if c[0] == "difference"] == [("difference", 4)]
+    assert [c for c in calls if c[0] == "first_length"] == [("first_length", 1)] * 4
     logs, totals = trainer._logs, []
     for a, b in joint_actions(logs):
         x, y = logs["completion"][a], logs["completion"][b]
@@ -343,8 +342,8 @@ def test_log_extra_columns_join_the_completions_table(tmp_path, tokenizer):
 
 
 def test_an_off_by_one_reward_gets_a_count_error_when_the_trainer_is_built(tmp_path, tokenizer, caplog):
-    """`completions1[1:]` returns 1 value for 2 joint actions: a count error when the trainer is built, with no
-    WARNING that re-reads it as another convention."""
+    """`completions1[1:]` returns 1 value for 2 joint actions: a count error when the trainer is built (with the opt-in
+    placeholder call), with no WARNING that re-reads it as another convention."""
 
     def off_by_one(completions1, completions2):
         return [float(len(a)) for a in completions1[1:]]
@@ -353,7 +352,8 @@ def test_an_off_by_one_reward_gets_a_count_error_when_the_trainer_is_built(tmp_p
     with caplog.at_level("WARNING"), pytest.raises(ValueError) as raised:
         MAGRPOTrainer(
             model=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], processing_class=tokenizer,
-            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=config(tmp_path), reward_funcs=off_by_one,
+            train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), reward_funcs=off_by_one,
+            args=config(tmp_path, check_functions_before_training=True),
         )  # fmt: skip
     message = str(raised.value)
     assert message.startswith(

@@ -244,6 +244,11 @@ def test_advantage_baseline_reaches_the_update(tmp_path, tokenizer, baseline, sc
 UNLOADABLE = ["no/such-model"] * 2  # agents for a check that fails before any model is loaded (or asks the hub)
 
 
+def checked_config(tmp_path):  # noqa: N802  (a config, named as the constant beside it)
+    """Two turns with the opt-in placeholder call of the reward and the transition when the trainer is built."""
+    return config(tmp_path, num_turns=2, check_functions_before_training=True)
+
+
 def build(tmp_path, tokenizer, **overrides):
     kwargs = dict(
         model=UNLOADABLE, processing_class=tokenizer, reward_funcs=length_ratio_reward,
@@ -257,7 +262,7 @@ def test_a_reward_of_fixed_length_fails_when_built(tmp_path, tokenizer):
     """The placeholder call scores more than one joint action: a reward returning `[0.0, 0.0, 0.0]` cannot pass it
     (`[0.0]` is CoMLRL's one-joint-action-per-call convention: see test_rewards.py)."""
     with pytest.raises(ValueError, match=r"'<lambda>' \(turn 1\) returned 3 values for 2 joint actions"):
-        build(tmp_path, tokenizer, reward_funcs=lambda a, b: [0.0, 0.0, 0.0])
+        build(tmp_path, tokenizer, reward_funcs=lambda a, b: [0.0, 0.0, 0.0], args=checked_config(tmp_path))
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+ (3.10 logs the note)")
@@ -271,7 +276,7 @@ def test_an_error_of_the_placeholder_call_keeps_its_type_and_says_where_it_came_
 
     functions = {"reward_funcs": broken_reward} if failing == "reward" else {"external_transition": broken_transition}
     with pytest.raises(ZeroDivisionError if failing == "reward" else KeyError) as caught:
-        build(tmp_path, tokenizer, **functions)
+        build(tmp_path, tokenizer, **functions, args=checked_config(tmp_path))
     notes = "\n".join(caught.value.__notes__)
     named = "the joint reward ['broken_reward']" if failing == "reward" else "external_transition 'broken_transition'"
     assert f"this came from the check that calls {named}" in notes
@@ -310,7 +315,7 @@ def test_a_transition_writing_chat_messages_for_an_agent_without_chat_template_n
 
     message = r"agent 1's prompt from external_transition 'chat_feedback' after turn 1 is a list of chat messages"
     with pytest.raises(ValueError, match=message):
-        build(tmp_path, tokenizer, external_transition=chat_feedback)
+        build(tmp_path, tokenizer, external_transition=chat_feedback, args=checked_config(tmp_path))
 
 
 def test_a_transition_with_one_turn_is_said_to_be_unused(tmp_path, tokenizer, caplog):

@@ -138,9 +138,12 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
             use full attention (Llama, Qwen2, Mistral without sliding window, ...); other models, prompt/prefix-tuning
             adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
             beams, several sequences per row or a `cache_implementation`.
-        check_functions_before_training (`bool`, *optional*, defaults to `True`):
-            Call the reward and the transition once on the first training row with placeholder answers when the
-            trainer is built, so that a wrong return (count, type, NaN) fails before any generation.
+        check_functions_before_training (`bool`, *optional*, defaults to `False`):
+            Opt-in: call the reward and the transition once on the first training row with placeholder answers (and
+            reset and fork the environment for them) when the trainer is built, so that a wrong return (count, type,
+            NaN) fails before any generation. Off, as GRPOTrainer, the user's functions and environments are called by
+            training and evaluation only: their signatures are still checked when the trainer is built, and a wrong
+            return fails at its first call, after the first generation and before any update.
 
         > Parameters that control the agents' tools
 
@@ -234,10 +237,11 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
         },
     )
     check_functions_before_training: bool = field(
-        default=True,
+        default=False,
         metadata={
-            "help": "Call the reward and transition once with placeholder answers when the trainer is built, so "
-            "that contract errors surface before any generation."
+            "help": "Opt-in: call the reward and transition once with placeholder answers (and reset the environment "
+            "for them) when the trainer is built, so that a wrong return fails before any generation. Off, they are "
+            "called by training and evaluation only; a wrong return then fails at its first call, before any update."
         },
     )
     share_prompts: bool = field(

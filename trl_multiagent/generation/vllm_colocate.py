@@ -17,7 +17,6 @@ decoded at once, as the transformers backend's calls hold at most that many; vLL
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
@@ -124,10 +123,10 @@ class VLLMColocateGenerator(VLLMGenerator):
                 self.engines.append(Engine(llm, agents, lora, folder))
         self.engine_of = {agent: engine for engine in self.engines for agent in engine.agents}
         self._lora_ids = 0
-        # Shut the engines down before vLLM's own exit hooks would, one engine at a time (see `close`); a weak
-        # reference, so that the hook does not keep the engines alive.
-        alive = weakref.ref(self)
-        atexit.register(lambda: alive() is not None and alive().close())
+        # The engines shut down one at a time (`shut_down`) when the generator is closed or collected, or at exit:
+        # made after vLLM's own finalizers of the engines, this one runs before them at exit, while their shared
+        # process groups still exist. `weakref.finalize` holds the engines, not the generator.
+        self._shut_down = weakref.finalize(self, shut_down, self.engines, self.workdir)
         accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ building
@@ -244,18 +243,23 @@ class VLLMColocateGenerator(VLLMGenerator):
 
     def close(self) -> None:
         """Shut every engine down and free its memory; the generator cannot generate afterwards."""
-        for engine in self.engines:
-            shutdown = getattr(engine.llm.llm_engine.engine_core, "_finalizer", None)  # vLLM's own, runs once
-            try:
-                if shutdown is not None:
-                    shutdown()
-            except (ValueError, RuntimeError):
-                # The engines of one process share vLLM's process groups: the first shutdown destroyed them, and the
-                # next one's destroy fails ("Invalid process group specified"). Nothing is left to release.
-                pass
-        self.engines.clear()
+        self._shut_down()  # runs once: later calls, collection and exit do nothing
         self.engine_of.clear()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def shut_down(engines: list, workdir: str) -> None:
+    """Shut each engine down with vLLM's own finalizer, one at a time, and remove the engines' model folders."""
+    for engine in engines:
+        shutdown = getattr(engine.llm.llm_engine.engine_core, "_finalizer", None)  # vLLM's own, runs once
+        try:
+            if shutdown is not None:
+                shutdown()
+        except (ValueError, RuntimeError):
+            # The engines of one process share vLLM's process groups: the first shutdown destroyed them, and the next
+            # one's destroy fails ("Invalid process group specified"). Nothing is left to release.
+            pass
+    engines.clear()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def engine_model(llm) -> torch.nn.Module:
