@@ -14,7 +14,16 @@ import time
 import zlib
 
 import torch
-from accelerate.utils import gather_object
+
+
+# DeepSpeed's communication functions take `group=GroupMember.WORLD` as a default, evaluated at import: imported after
+# the world group is made (transformers and accelerate import DeepSpeed while preparing a run, with or without ZeRO),
+# the default keeps that group and its gloo threads alive after `trainer.end()` destroyed it, into the interpreter's
+# finalisation, where they can abort a finished run. Imported first, the default is None (the current world group).
+with contextlib.suppress(ImportError):
+    import deepspeed  # noqa: F401  (its import sets PYTORCH_NVML_BASED_CUDA_CHECK: before the environment check below)
+
+from accelerate.utils import gather_object  # noqa: E402
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -145,7 +154,6 @@ def gloo_state_for_deepspeed():
     then uses it: `use_configured_state`). transformers builds the state for `deepspeed=` without a backend, and on a
     CPU accelerate then counts one process while DeepSpeed counts all of them. `ACCELERATE_USE_DEEPSPEED` is set only
     while the state is built, as transformers sets it."""
-    import deepspeed  # noqa: F401  (its own import sets PYTORCH_NVML_BASED_CUDA_CHECK; the check below is about ours)
     from accelerate import PartialState
 
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
