@@ -1,5 +1,6 @@
-"""Runs CoMLRL's own test suite offline: its tests that use `MAGRPOConfig`/`MAGRPOTrainer`, against CoMLRL's classes
-("stock") and with trl_multiagent's CoMLRL face swapped in ("swapped"), and compares the two runs test by test.
+"""Runs CoMLRL's own test suite offline: its tests that use the classes under test (`MAGRPOConfig`/`MAGRPOTrainer` and
+CoMLRL's REINFORCE family, `CLASS_MODULES`), against CoMLRL's classes ("stock") and with trl_multiagent's CoMLRL face
+swapped in ("swapped"), and compares the two runs test by test.
 
     python tests/comlrl_contract/run_comlrl_tests.py [SDIST_OR_DIR] --mode stock|swapped|both
         [--subset all|ci|listed] [--face MODULE] [--python PY] [--workdir DIR] [--list-edits] [-- extra pytest args]
@@ -13,7 +14,7 @@ What it does:
    both modes): `WORKDIR/venv`, made once with `python -m venv --system-site-packages` and
    `pip install --no-deps comlrl==VERSION`, so that the shared environment is untouched (or `--python PY`);
 2. for each mode, copies the tests to `WORKDIR/run-MODE/tests/` and makes one edit per file that imports the classes
-   (`--list-edits` prints each): the names `MAGRPOConfig`/`MAGRPOTrainer` are imported from `_magrpo_under_test`,
+   (`--list-edits` prints each): the names of the classes it imports are imported again from `_magrpo_under_test`,
    a module the harness writes, which re-exports CoMLRL's classes (stock) or the face's (swapped);
 3. runs pytest there on the tests that use the classes (selection_plugin.py reads which), with the Hub offline,
    and writes each test's outcome and where it failed (exception type, test-file line) to `WORKDIR/results/`;

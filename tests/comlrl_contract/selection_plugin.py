@@ -11,7 +11,8 @@ A test uses them when the code it runs, read from the copied test files, names t
 - or, when no parameter of the function varies between such a value and another library's (those variants are the
   other library's tests), the test function names them, directly or through the functions and classes of the test
   files that it names, transitively (read with `ast` from their source; a name is looked up where the code looks it
-  up: the function's globals).
+  up: the function's globals);
+- except the cases listed in `OTHER_TRAINER_CASES`, whose parameter value picks another CoMLRL trainer.
 
 Fixtures are not read: none of CoMLRL 1.4.3's fixtures names the classes (run_comlrl_tests.py's README says so).
 """
@@ -26,6 +27,10 @@ from pathlib import Path
 
 UNDER_TEST = "_magrpo_under_test"
 DERIVED_FROM = ("Config", "Trainer")  # a test file's subclass of a class under test uses it when its name ends so
+# Parameter values whose cases run another CoMLRL trainer instead of the classes under test, where the value is not
+# that class (so the rule on class-valued parameters cannot tell): test_joint_policy.py's `learned_reward=True` cases
+# build CoMLRL's MARLHFTrainer (helpers.make_preference_trainer), its False cases CentralizedMAGRPOTrainer.
+OTHER_TRAINER_CASES = {"learned_reward": True}
 
 
 class _Reader:
@@ -90,7 +95,9 @@ def pytest_collection_modifyitems(session, config, items):
         sorting.setdefault(item.function, set()).update(using_params[item.nodeid])
     kept, dropped = [], []
     for item in items:
-        if using_params[item.nodeid]:
+        if any(OTHER_TRAINER_CASES.get(name, object()) is value for name, value in params[item.nodeid].items()):
+            keep = False
+        elif using_params[item.nodeid]:
             keep = True
         elif sorting[item.function]:
             keep = False  # its value of a sorting parameter is another library's class
