@@ -289,40 +289,63 @@ def test_centralized_trains_one_joint_policy_on_the_roles_reward(tmp_path, token
     assert changed(before, trainer.agents[0])
 
 
-def test_centralized_collaboration_splits_roles_for_reward_and_evaluation(tokenizer):
-    seen = []
+def test_centralized_reward_splits_the_joint_completion_into_roles():
+    """The joint reward over CoMLRL's tagged sections: each role's answer to the user's reward; an unparsable
+    completion gives every role "" (CentralizedComparatorParseError); a wrong number of roles is refused."""
 
     def task_reward(left, right):
         return [float(left[0] == "good") + float(right[0] == "good")]
 
-    def eval_logger(**kwargs):
-        seen.append(kwargs)
-        return []
-
-    trainer = CentralizedMAGRPOTrainer(
-        centralized_adapter=TaggedCentralizedComparatorAdapter(),
-        agents=[make_model(tokenizer, seed=0)],
-        tokenizer=tokenizer,
-        reward_func=task_reward,
-        eval_logger=eval_logger,
-        eval_aggregator=lambda metrics, num_turns: {},
-        args=CentralizedMAGRPOConfig(num_generations=2, max_new_tokens=4, report_to="none"),
-    )
-    collaboration = trainer.centralized_collaboration
+    collaboration = CentralizedCollaboration(TaggedCentralizedComparatorAdapter(), None, task_reward, 2)
     item = {"prompt": "task"}
     good, bad = (
         "<agent_0> good </agent_0> <agent_1>good</agent_1>",
         "<AGENT_0>bad</ agent_0> <agent_1> good </agent_1>",
     )
     assert collaboration([good, bad, "no tags"], batch_items=[item]) == [2.0, 1.0, 0.0]
-    assert trainer.eval_logger is eval_logger  # the user's, as CoMLRL keeps it
-    wrapped = trainer._evaluation.eval_logger
-    wrapped(agent_completions_turns=[[[good], [bad]]], batch_items=[item, item], prompts=["task", "task"])
-    assert seen[0]["agent_completions_turns"] == [[["good"], ["bad"]], [["good"], ["good"]]]
-    assert seen[0]["batch_items"] == [item, item] and seen[0]["prompts"] == ["task", "task"]
+    assert collaboration.build_prompt(item) == TAGGED_PROMPT.replace("write a title", "task").replace(
+        "write a summary", "task"
+    )  # no formatters: each role's prompt is the row's
+    assert collaboration.split_eval([[[good], [bad]]], [item, item]) == [[["good"], ["bad"]], [["good"], ["good"]]]
     one_output = type("OneOutput", (), {"build_prompt": lambda *a: "p", "parse_completion": lambda *a: ["x"]})()
     with pytest.raises(ValueError, match="exactly 2 outputs, got 1"):
         CentralizedCollaboration(one_output, None, task_reward, 2).split("x", item)
+    with pytest.raises(ValueError, match="Number of formatters must match num_agents.*3 formatters for 2 roles"):
+        CentralizedCollaboration(one_output, [str, str, str], task_reward, 2)
+    task_reward.reward_range = (1, 1)
+    with pytest.raises(ValueError, match="reward_range minimum must be less than maximum"):
+        CentralizedCollaboration(one_output, None, task_reward, 2)
+
+
+def test_centralized_eval_logger_receives_each_roles_answers(tmp_path, tokenizer):
+    seen = []
+
+    def eval_logger(**kwargs):
+        seen.append(kwargs)
+        return [{"first_length": float(len(kwargs["agent_completions_turns"][0][0][0]))}]
+
+    trainer = CentralizedMAGRPOTrainer(
+        centralized_adapter=HalvesAdapter(),
+        agents=[make_model(tokenizer, seed=0)],
+        tokenizer=tokenizer,
+        reward_func=lambda first, second: [float(len(first[0]))],
+        eval_dataset=[{"prompt": "task"}],
+        eval_logger=eval_logger,
+        eval_aggregator=lambda metrics, num_turns: {"turn_1/first_length": metrics[0]["first_length"]},
+        args=small(CentralizedMAGRPOConfig, tmp_path, max_new_tokens=6),
+    )
+    assert trainer.eval_logger is eval_logger  # the user's, as CoMLRL keeps it
+    trainer.evaluate()
+    node = trainer.last_rollout.nodes[0]
+    joint = node.completions[0][trainer.last_rollout.joint_actions[node.joint_actions[0]].choice[0]]
+    half = len(joint) // 2
+    assert seen == [
+        {
+            "agent_completions_turns": [[[joint[:half]]], [[joint[half:]]]],
+            "batch_items": [{"prompt": "task"}],
+            "prompts": ["task"],
+        }
+    ]
 
 
 def test_tagged_adapter_is_comlrls():
