@@ -32,7 +32,7 @@ from trl_multiagent.comlrl import (
     RewardProcessors,
     TaggedCentralizedComparatorAdapter,
 )
-from trl_multiagent.comlrl.not_provided import NOT_PROVIDED, NotProvidedError
+from trl_multiagent.comlrl.not_provided import NOT_PROVIDED, NotProvidedError, names_of
 from trl_multiagent.comlrl.trainers.reinforce.centralized_magrpo import CentralizedCollaboration
 from trl_multiagent.demo.testing import make_model
 
@@ -84,6 +84,43 @@ MODULE_PATHS = {  # CoMLRL's module -> the names it exports that the face provid
     ],
     "utils": ["RewardProcessors"],
     "utils.reward_processor": ["RewardProcessors"],
+}
+# What CoMLRL 1.4.3's packages export (their `__all__`; `comlrl.models`, which has none, what its `__init__` imports;
+# `comlrl.utils.checkpoint`, its public functions and classes); `test_matches_comlrl_installed` reads them again
+COMLRL_EXPORTS = {
+    "trainers": {
+        *MODULE_PATHS["trainers"],
+        *("ActorCriticTrainerBase", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer", "JointRewardModel"),
+        *("MADPOConfig", "MADPOTrainer", "MARLHFConfig", "MARLHFTrainer"),
+    },
+    "trainers.reinforce": set(MODULE_PATHS["trainers.reinforce"]),
+    "trainers.preference": {
+        *MODULE_PATHS["trainers.preference"],
+        *("MADPOConfig", "MADPOTrainer", "MADPOIterConfig", "MADPOIterTrainer", "MARLHFConfig", "MARLHFTrainer"),
+        *("MARLHFIterConfig", "MARLHFIterTrainer", "JointRewardModel"),
+    },
+    "trainers.actor_critic": {
+        *("ActorCriticTrainerBase", "IACConfig", "IACTrainer", "RolloutSample", "MAACConfig", "MAACTrainer"),
+    },
+    "utils": {
+        *("read_checkpoint_metadata", "build_formatters", "ensure_pad_token", "ensure_tokenizer"),
+        *("apply_tokenizer_specials", "resolve_tokenizers", "infer_model_name", "resolve_model_sources"),
+        *("clone_reference_models", "load_reference_models_from_sources", "reference_kl_coef", "reference_kl_enabled"),
+        *(
+            "reference_kl_for_sequence",
+            "resolve_reference_devices",
+            "validate_reference_kl_config",
+            "RewardProcessors",
+        ),
+        *("call_reward_function", "normalize_reward_lengths", "resolve_reward_range", "set_reward_range"),
+        *("DistributedContext", "local_context", "unwrap_model"),
+    },
+    "utils.checkpoint": {
+        *("read_checkpoint_metadata", "TrainingCheckpointMixin", "capture_trainer_state", "restore_trainer_state"),
+        *("capture_rng_state", "restore_rng_state"),
+    },
+    "models": {"CausalLMWithValueHead", "ValueHead", "ActorCriticOutput"},
+    "schedulers": {"DeviceScheduler"},
 }
 # CoMLRL 1.4.3's `TaggedCentralizedComparatorAdapter().build_prompt(item, ["write a title", "write a summary"])`
 TAGGED_PROMPT = """You are a centralized coordinator producing the separate outputs of 2 agents.
@@ -368,8 +405,16 @@ def test_comlrls_module_paths_give_the_face_classes(path, names):
     module = importlib.import_module(f"trl_multiagent.comlrl.{path}")
     for name in names:
         assert getattr(module, name) is getattr(face, name), (path, name)
-    if hasattr(module, "__all__") and not path.endswith(("magrpo", "mareinforce", "marloo", "maremax")):
-        assert sorted(module.__all__) == sorted(names)
+
+
+@pytest.mark.parametrize("path", sorted(COMLRL_EXPORTS))
+def test_each_comlrl_package_exports_what_comlrls_does_less_the_names_not_provided(path):
+    module = importlib.import_module(f"trl_multiagent.comlrl.{path}")
+    refused = set(names_of(path))
+    assert set(module.__all__) | refused == COMLRL_EXPORTS[path] and not set(module.__all__) & refused
+    assert set(MODULE_PATHS.get(path, [])) <= set(module.__all__)
+    for name in module.__all__:
+        getattr(module, name)
 
 
 def test_reward_processors_are_comlrls():
@@ -420,6 +465,17 @@ for name in ("MAREINFORCE", "MARLOO", "MAReMax", "CentralizedMAGRPO"):
         "trainer_parameters": list(inspect.signature(trainer.__init__).parameters)[1:],
     }
 out["prompt"] = TaggedCentralizedComparatorAdapter().build_prompt({}, ["a", "b", "c"])
+import importlib, inspect as i
+exports = {}
+for path in ("trainers", "trainers.reinforce", "trainers.preference", "trainers.actor_critic", "utils", "models",
+             "schedulers", "utils.checkpoint"):
+    module = importlib.import_module("comlrl." + path)
+    names = getattr(module, "__all__", None) or [
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and (i.isclass(v) or i.isfunction(v)) and getattr(v, "__module__", "").startswith(module.__name__)
+    ]
+    exports[path] = sorted(names)
+out["exports"] = exports
 print(json.dumps(out))
 """
 
@@ -443,3 +499,4 @@ def test_matches_comlrl_installed():
         theirs = comlrl[name]["trainer_parameters"]
         assert ours[: len(theirs)] == theirs or ours == [*theirs, "dataset_type", "trl_arguments"], name
     assert TaggedCentralizedComparatorAdapter().build_prompt({}, ["a", "b", "c"]) == comlrl["prompt"]
+    assert {path: set(names) for path, names in comlrl["exports"].items()} == COMLRL_EXPORTS

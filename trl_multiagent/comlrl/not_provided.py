@@ -47,6 +47,12 @@ NOT_PROVIDED: dict[str, tuple[str, tuple[str, ...]]] = {
     # read_checkpoint_metadata: the comlrl-examples work of issue 57 provides it (trl_multiagent/comlrl/utils/
     # checkpoint.py); remove this entry when it lands
     "read_checkpoint_metadata": ("reader of its checkpoints' metadata", ("utils", "utils.checkpoint")),
+    # CoMLRL's own checkpoint file (training_state.pt); checkpoints here are the Trainer's
+    "TrainingCheckpointMixin": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),
+    "capture_trainer_state": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),
+    "restore_trainer_state": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),
+    "capture_rng_state": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),
+    "restore_rng_state": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),
     "build_formatters": ("trainer helper (formatters)", _UTILS),
     "ensure_pad_token": ("trainer helper (tokenizers)", _UTILS),
     "ensure_tokenizer": ("trainer helper (tokenizers)", _UTILS),
