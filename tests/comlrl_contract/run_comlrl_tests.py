@@ -1,5 +1,6 @@
-"""Runs CoMLRL's own test suite offline: its tests that use `MAGRPOConfig`/`MAGRPOTrainer`, against CoMLRL's classes
-("stock") and with trl_multiagent's CoMLRL face swapped in ("swapped"), and compares the two runs test by test.
+"""Runs CoMLRL's own test suite offline: its tests that use the classes under test (`MAGRPOConfig`/`MAGRPOTrainer` and
+CoMLRL's REINFORCE family, `CLASS_MODULES`), against CoMLRL's classes ("stock") and with trl_multiagent's CoMLRL face
+swapped in ("swapped"), and compares the two runs test by test.
 
     python tests/comlrl_contract/run_comlrl_tests.py [SDIST_OR_DIR] --mode stock|swapped|both
         [--subset all|ci|listed] [--face MODULE] [--python PY] [--workdir DIR] [--list-edits] [-- extra pytest args]
@@ -13,7 +14,7 @@ What it does:
    both modes): `WORKDIR/venv`, made once with `python -m venv --system-site-packages` and
    `pip install --no-deps comlrl==VERSION`, so that the shared environment is untouched (or `--python PY`);
 2. for each mode, copies the tests to `WORKDIR/run-MODE/tests/` and makes one edit per file that imports the classes
-   (`--list-edits` prints each): the names `MAGRPOConfig`/`MAGRPOTrainer` are imported from `_magrpo_under_test`,
+   (`--list-edits` prints each): the names of the classes it imports are imported again from `_magrpo_under_test`,
    a module the harness writes, which re-exports CoMLRL's classes (stock) or the face's (swapped);
 3. runs pytest there on the tests that use the classes (selection_plugin.py reads which), with the Hub offline,
    and writes each test's outcome and where it failed (exception type, test-file line) to `WORKDIR/results/`;
@@ -60,17 +61,42 @@ DEFAULT_WORKDIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
 COMLRL_VERSION = "1.4.3"
 DEFAULT_FACE = "trl_multiagent.comlrl"
 
-# The classes under test, and the module the edited test files import them from (written by the harness).
-CLASS_NAMES = ("MAGRPOConfig", "MAGRPOTrainer")
+# The classes under test (MAGRPO and CoMLRL's REINFORCE family, each with its CoMLRL module), and the module the
+# edited test files import them from (written by the harness). The centralized adapter's names are swapped with them
+# (`CentralizedMAGRPOTrainer` catches its own parse error) but select no test through a subclass of the test files.
+CLASS_MODULES = {
+    "comlrl.trainers.reinforce": (
+        "MAGRPOConfig",
+        "MAGRPOTrainer",
+        "MAREINFORCEConfig",
+        "MAREINFORCETrainer",
+        "MARLOOConfig",
+        "MARLOOTrainer",
+        "MAReMaxConfig",
+        "MAReMaxTrainer",
+        "CentralizedMAGRPOConfig",
+        "CentralizedMAGRPOTrainer",
+    ),
+    "comlrl.trainers.preference": ("TaggedCentralizedComparatorAdapter", "CentralizedComparatorParseError"),
+}
+CLASS_NAMES = tuple(name for names in CLASS_MODULES.values() for name in names)
 UNDER_TEST = "_magrpo_under_test"
-UNDER_TEST_SOURCE = '''"""Written by comlrl_contract/run_comlrl_tests.py ({mode}): the MAGRPOConfig/MAGRPOTrainer the edited tests use."""
-
-from {module} import MAGRPOConfig, MAGRPOTrainer
+STOCK_MODULE = "comlrl (" + ", ".join(CLASS_MODULES) + ")"
 
 
-__all__ = ["MAGRPOConfig", "MAGRPOTrainer"]
-'''
-STOCK_MODULE = "comlrl.trainers.reinforce.magrpo"
+def under_test_source(mode: str, face: str) -> str:
+    """The module the edited tests import the classes from: CoMLRL's (stock) or the face's (swapped)."""
+    imports = (
+        [f"from {module} import {', '.join(names)}" for module, names in CLASS_MODULES.items()]
+        if mode == "stock"
+        else [f"from {face} import {', '.join(CLASS_NAMES)}"]
+    )
+    return (
+        f'"""Written by comlrl_contract/run_comlrl_tests.py ({mode}): the classes the edited tests use."""\n\n'
+        + "\n".join(imports)
+        + f"\n\n\n__all__ = {list(CLASS_NAMES)!r}\n"
+    )
+
 
 PYTEST_INI = """[pytest]
 # Written by comlrl_contract/run_comlrl_tests.py: this folder is the rootdir, not the trl_multiagent repo.
@@ -190,8 +216,9 @@ def edits(tests_dir: Path) -> list[str]:
     listed = [edit for path in sorted(tests_dir.glob("*.py")) if (edit := import_edit(path))]
     return [
         *(f"{described} (the one text edit to this file; both modes)" for _, described in listed),
-        f"tests/{UNDER_TEST}.py (new): stock: `from {STOCK_MODULE} import MAGRPOConfig, MAGRPOTrainer`; swapped: "
-        f"`from FACE import MAGRPOConfig, MAGRPOTrainer` (--face, default {DEFAULT_FACE})",
+        f"tests/{UNDER_TEST}.py (new): stock: CoMLRL's {', '.join(CLASS_NAMES)} (from "
+        f"{' and '.join(CLASS_MODULES)}); swapped: the same names `from FACE import ...` (--face, default "
+        f"{DEFAULT_FACE})",
         "run folder: pytest.ini (rootdir here, -p the two plugins, no cache), _comlrl_contract_results.py "
         "(trl_contract/pytest_plugin.py: each outcome, exception type and test-file line to JSON) and "
         "_comlrl_contract_selection.py (selection_plugin.py: deselects the tests that do not use the classes)",
@@ -208,8 +235,7 @@ def prepare_run_dir(tests_dir: Path, run_dir: Path, mode: str, face: str) -> Non
         edit = import_edit(path)
         if edit:
             path.write_text(edit[0], encoding="utf-8")
-    module = STOCK_MODULE if mode == "stock" else face
-    (run_dir / "tests" / f"{UNDER_TEST}.py").write_text(UNDER_TEST_SOURCE.format(mode=mode, module=module))
+    (run_dir / "tests" / f"{UNDER_TEST}.py").write_text(under_test_source(mode, face))
     for source, name in PLUGINS.items():
         shutil.copy(source, run_dir / f"{name}.py")
     (run_dir / "pytest.ini").write_text(PYTEST_INI)

@@ -1,15 +1,53 @@
 """CoMLRL 1.4.3's face: `MAGRPOConfig` and `MAGRPOTrainer` with CoMLRL's names, defaults and calls, as subclasses of
-the TRL face's (`trl_multiagent.MAGRPOConfig`, `MAGRPOTrainer`), so still a `trl.GRPOTrainer` on the same core.
+the TRL face's (`trl_multiagent.MAGRPOConfig`, `MAGRPOTrainer`), so still a `trl.GRPOTrainer` on the same core; and
+CoMLRL's REINFORCE family on them (`MAREINFORCE*`, `MARLOO*`, `MAReMax*`, `CentralizedMAGRPO*`).
 
-A CoMLRL script runs with its import changed::
+A CoMLRL script runs with `comlrl` replaced by `trl_multiagent.comlrl` in its imports, flat or by CoMLRL's module
+paths::
 
     from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer
+    from trl_multiagent.comlrl.trainers.reinforce import MARLOOConfig, MARLOOTrainer
+    from trl_multiagent.comlrl.utils.reward_processor import RewardProcessors
 
-Nothing outside this package knows a CoMLRL name or convention (docs/from_comlrl.md).
+CoMLRL's other public names (its actor-critic and preference trainers, its helpers) raise an `ImportError` that names
+them (`not_provided`). Nothing outside this package knows a CoMLRL name or convention (docs/from_comlrl.md).
 """
 
 from .config import MAGRPOConfig
+from .not_provided import module_getattr
 from .trainer import MAGRPOTrainer
+from .trainers.preference import (
+    CentralizedComparatorAdapter,
+    CentralizedComparatorParseError,
+    TaggedCentralizedComparatorAdapter,
+)
+from .trainers.reinforce import (
+    CentralizedMAGRPOConfig,
+    CentralizedMAGRPOTrainer,
+    MAREINFORCEConfig,
+    MAREINFORCETrainer,
+    MAReMaxConfig,
+    MAReMaxTrainer,
+    MARLOOConfig,
+    MARLOOTrainer,
+)
+from .utils import RewardProcessors
 
 
-__all__ = ["MAGRPOConfig", "MAGRPOTrainer"]
+__all__ = [
+    "MAGRPOConfig",
+    "MAGRPOTrainer",
+    "MAREINFORCEConfig",
+    "MAREINFORCETrainer",
+    "MARLOOConfig",
+    "MARLOOTrainer",
+    "MAReMaxConfig",
+    "MAReMaxTrainer",
+    "CentralizedMAGRPOConfig",
+    "CentralizedMAGRPOTrainer",
+    "CentralizedComparatorAdapter",
+    "CentralizedComparatorParseError",
+    "TaggedCentralizedComparatorAdapter",
+    "RewardProcessors",
+]
+__getattr__ = module_getattr(__name__, None)

@@ -47,14 +47,15 @@ def _arguments(signature: inspect.Signature, num_agents: int, prompts: list, com
     return list(completions), False
 
 
-def comlrl_reward(func: Callable, num_agents: int, reward_processor: Callable[[float], float] | None) -> Callable:
-    """`func` called as CoMLRL calls a reward, stated to the core as `per_joint_action`: one joint action per call,
-    its first value kept, through `reward_processor`. Named as `func`."""
+def comlrl_call(func: Callable, num_agents: int) -> Callable[..., list[float]]:
+    """`func` called as CoMLRL calls a reward of `num_agents` agents, on one-element completion lists: by its
+    signature's positional count (`_arguments`), `batch_items=rows` and `prompts=` where it takes them, and on a
+    `TypeError` with the completion lists alone. Returns what CoMLRL keeps of the return: its values, as floats."""
     signature = inspect.signature(func)
     params = signature.parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
 
-    def call(*completions, prompts=None, rows=None):
+    def values(*completions, prompts=None, rows=None) -> list[float]:
         args, prompts_given = _arguments(signature, num_agents, prompts, list(completions))
         keywords = {}
         if rows is not None and ("batch_items" in params or takes_any):
@@ -65,7 +66,18 @@ def comlrl_reward(func: Callable, num_agents: int, reward_processor: Callable[[f
             raw = func(*args, **keywords)
         except TypeError:  # CoMLRL's fallback: the completion lists alone
             raw = func(*completions)
-        value = _values(raw)[0]
+        return _values(raw)
+
+    return values
+
+
+def comlrl_reward(func: Callable, num_agents: int, reward_processor: Callable[[float], float] | None) -> Callable:
+    """`func` called as CoMLRL calls a reward (`comlrl_call`), stated to the core as `per_joint_action`: one joint
+    action per call, its first value kept, through `reward_processor`. Named as `func`."""
+    values = comlrl_call(func, num_agents)
+
+    def call(*completions, prompts=None, rows=None):
+        value = values(*completions, prompts=prompts, rows=rows)[0]
         if reward_processor is None:
             return [value]
         processed = reward_processor(value)

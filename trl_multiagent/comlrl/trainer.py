@@ -72,6 +72,10 @@ class MAGRPOTrainer(TRLFaceTrainer):
 
     points_to_comlrl_face = False  # a refused argument here gets the closest names (`keywords`)
     one_agent_in_agent_folder = True  # CoMLRL saves each agent into `agent_{i}/`, one agent too (`checkpoint`)
+    # CoMLRL's class attributes: the config built when `args` is not given, and the algorithm's name (also TRL's
+    # `_name`, which the model card shows); its REINFORCE family's subclasses set both (`trainers.reinforce`)
+    default_config_cls = MAGRPOConfig
+    algorithm_name = "MAGRPO"
 
     def __init__(
         self,
@@ -93,11 +97,11 @@ class MAGRPOTrainer(TRLFaceTrainer):
         dataset_type: str | None = None,
         **trl_arguments,
     ):
-        args = MAGRPOConfig() if args is None else args
+        args = self.default_config_cls() if args is None else args
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(
-                f"MAGRPOTrainer (CoMLRL face) needs `trl_multiagent.comlrl.MAGRPOConfig` as `args`, got "
-                f"{type(args).__module__}.{type(args).__name__}."
+                f"{type(self).__name__} (CoMLRL face) needs `trl_multiagent.comlrl.MAGRPOConfig` (or a subclass) as "
+                f"`args`, got {type(args).__module__}.{type(args).__name__}."
             )
         args = check_late_changes(args)  # a copy: the caller's config stays as it was
         say_early_termination(args)
