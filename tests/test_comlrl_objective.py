@@ -306,18 +306,20 @@ def test_the_reference_is_comlrls_own_update(tmp_path, tokenizer):
         own_grads = comlrl_update(own, tree, agent, tokenizer.pad_token_id, lr=1e-3, tokens="own")
         names = [n for n, _ in model.named_parameters()]
         scale = max(g.abs().max() for g in reference_grads)
-        for name, reference, face in zip(names, reference_grads, face_grads[agent], strict=True):
+        for name, reference in zip(names, reference_grads, strict=True):
             assert torch.allclose(reference, comlrl_grads[name], rtol=1e-4, atol=1e-5 * scale), (agent, name)
         for name, reference in zip(names, model.parameters(), strict=True):
             assert torch.allclose(reference, comlrl_after[name], rtol=0, atol=3e-3 * 1e-3), (agent, name)
         # what remains: CoMLRL's loss leaves each completion's last token out (and, for a completion shorter than its
         # node's longest, reads padding): the face's gradient and parameters differ from CoMLRL's by that term only
-        assert all(torch.allclose(f, o, rtol=1e-4, atol=1e-5 * scale) for f, o in zip(face_grads[agent], own_grads))
+        assert all(
+            torch.allclose(f, o, rtol=1e-4, atol=1e-5 * scale)
+            for f, o in zip(face_grads[agent], own_grads, strict=True)
+        )
         flat = lambda tensors: torch.cat([t.flatten() for t in tensors])  # noqa: E731
         gradient = (flat(face_grads[agent]) - flat(comlrl_grads[n] for n in names)).norm() / flat(
             reference_grads
         ).norm()
         step = (flat(face_after[agent]) - flat(comlrl_after[n] for n in names)).abs().max()
-        print(f"agent {agent}: face vs CoMLRL 1.4.3, relative gradient difference {gradient:.3f}, largest parameter "
-              f"difference after the step {step:.2e} (lr 1e-3)")  # fmt: skip
-        assert gradient > 0.05  # the last of 4 tokens is a large share: docs/from_comlrl.md gives the sizes
+        # the last of 4 tokens is a large share (measured 0.57 and 0.49): docs/from_comlrl.md gives the sizes
+        assert gradient > 0.05 and step > 1e-4, (agent, gradient, step)

@@ -35,7 +35,7 @@ def main(run_dir: Path) -> None:
     for i in range(num_agents):
         grads = {}
 
-        def keep_gradient(optimizer, args, kwargs, i=i):
+        def keep_gradient(optimizer, args, kwargs, i=i, grads=grads):
             grads.update({n: p.grad.detach().clone() for n, p in trainer.agents[i].named_parameters()})
 
         trainer.optimizers[i].register_step_pre_hook(keep_gradient)
