@@ -21,7 +21,7 @@ from transformers import TrainerCallback
 
 import trl_multiagent.comlrl.config as comlrl_config
 from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.credit.returns import joint_returns, team_advantages
+from trl_multiagent.credit.returns import completion_returns, joint_returns, team_advantages
 from trl_multiagent.demo.testing import make_model
 
 
@@ -334,3 +334,17 @@ def test_the_reference_is_comlrls_own_update(tmp_path, tokenizer):
         step = (flat(face_after[agent]) - flat(comlrl_after[n] for n in names)).abs().max()
         # the last of 4 tokens is a large share (measured 0.57 and 0.49): docs/from_comlrl.md gives the sizes
         assert gradient > 0.05 and step > 1e-4, (agent, gradient, step)
+
+
+@pytest.mark.parametrize("normalise", [True, False], ids=["normalised", "not-normalised"])
+def test_cross_mode_credits_the_mean_where_comlrl_sums(normalise):
+    """A remaining difference (docs/from_comlrl.md): in `cross` mode CoMLRL credits each completion with the sum of
+    the returns of the K**(N-1) joint answers it is part of (magrpo.py:1071-1083), the core with their mean. With
+    normalisation on the advantages are the same; off, the face's are CoMLRL's over K**(N-1)."""
+    choices = [(0, 0), (0, 1), (1, 0), (1, 1)]  # K = 2, N = 2: each completion is in 2 joint answers
+    returns = [1.0, 4.0, 0.5, 2.0]
+    sums = [[sum(r for c, r in zip(choices, returns, strict=True) if c[a] == k) for k in range(2)] for a in range(2)]
+    got = face_advantages(completion_returns(choices, returns, 2, 2)[None], "mean", normalise)[0]
+    for agent in range(2):
+        expected = comlrl_advantages(sums[agent], "mean", normalise) / (1 if normalise else 2)
+        assert torch.allclose(got[agent], expected), (agent, got[agent], expected)
