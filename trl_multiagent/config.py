@@ -309,7 +309,7 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
     scale_rewards: str = field(
         default="group",
         metadata={
-            "help": "How advantages are scaled, TRL's three and one more: 'group' (True; each group's std), 'batch' "
+            "help": "How advantages are scaled, TRL's three and two more: 'group' (True; each group's std), 'batch' "
             "(the std of every return in the batch, every agent's), 'agent' (the std of that agent's own returns, as "
             "Dr. MAS), 'group_zscore' (each group's centred returns minus their mean, over their population std), "
             "'none' (False; no scaling).",
