@@ -348,3 +348,24 @@ def test_cross_mode_credits_the_mean_where_comlrl_sums(normalise):
     for agent in range(2):
         expected = comlrl_advantages(sums[agent], "mean", normalise) / (1 if normalise else 2)
         assert torch.allclose(got[agent], expected), (agent, got[agent], expected)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf"), True, "1"])
+def test_a_bad_logprob_temperature_is_refused_naming_it(tmp_path, value):
+    from trl_multiagent import MAGRPOConfig as TRLFaceConfig
+
+    with pytest.raises(ValueError, match=r"logprob_temperature must be a finite number > 0 or None, got"):
+        TRLFaceConfig(output_dir=str(tmp_path), report_to="none", logprob_temperature=value)
+
+
+def test_the_trl_face_keeps_trls_log_prob_temperature_and_discount(tmp_path):
+    from trl_multiagent import MAGRPOConfig as TRLFaceConfig
+
+    config = TRLFaceConfig(output_dir=str(tmp_path), report_to="none", temperature=0.7, discount=0.9)
+    assert (config.logprob_temperature, config.update_temperature, config.discount) == (None, 0.7, 0.9)
+    assert (config.loss_type, config.max_grad_norm, config.weight_decay, config.scale_rewards) == (
+        "dapo",
+        1.0,
+        0.0,
+        "group",
+    )
