@@ -94,6 +94,12 @@ class MAGRPOConfig(TRLFaceConfig):
         },
     )
     lr_scheduler_type: str = field(default="constant", metadata={"help": "CoMLRL's AdamW has no schedule."})
+    discount: float = field(
+        default=1.0,
+        metadata={
+            "help": "Kept, as in CoMLRL, and not used: its MAGRPO's returns are undiscounted (another value is said)."
+        },
+    )
     # CoMLRL's update: torch's AdamW at its defaults, no clipping; REINFORCE's sequence-summed log-probs at temperature 1
     optim: str = field(default="adamw_torch", metadata={"help": "torch's AdamW, as CoMLRL builds it."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW's weight decay (CoMLRL: torch's, 0.01)."})
