@@ -28,7 +28,7 @@ def comlrl_config(tmp_path, **overrides):
 def test_config_fields_map_to_their_equivalents(tmp_path):
     config = comlrl_config(tmp_path)
     assert config.learning_rate == 1e-3
-    assert config.advantage_baseline == "rloo" and config.scale_rewards == "group" and config.beta == 0.0
+    assert config.advantage_baseline == "rloo" and config.scale_rewards == "group_zscore" and config.beta == 0.0
     # read back in CoMLRL's terms, as CoMLRL's tests read them
     assert (config.agent_learning_rate, config.num_agents, config.eval_num_samples, config.eval_interval) == (
         1e-3, 2, 2, 4,

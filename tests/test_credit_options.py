@@ -363,7 +363,10 @@ def test_a_reward_mix_without_per_agent_rewards_is_refused(tmp_path, tokenizer):
         ({"branching": "top"}, r"branching='top' needs branching_top_m >= 1"),
         ({"branching": "best", "branching_top_m": 2}, r"branching_top_m=2 applies to branching='top' only"),
         ({"team_reward_weight": 1.5}, r"team_reward_weight must be in \[0, 1\], got 1.5"),
-        ({"scale_rewards": "agents"}, r"scale_rewards must be one of \('group', 'batch', 'agent', 'none'\)"),
+        (
+            {"scale_rewards": "agents"},
+            r"scale_rewards must be one of \('group', 'batch', 'agent', 'group_zscore', 'none'\)",
+        ),
         ({"agent_learning_rates": [1e-5, float("nan")]}, r"agent_learning_rates must be finite numbers >= 0"),
         ({"agent_learning_rates": [1e-5], "num_agents": 2}, r"agent_learning_rates has 1 rates for num_agents=2"),
     ],

@@ -114,8 +114,10 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
             `"mean"`, the group mean (GRPO); `"rloo"`, the mean of the K - 1 others (RLOO); `"max"`, the group's best
             return; `"none"`, nothing (raw returns, REINFORCE). `scale_rewards` then divides by the std, as in TRL.
         scale_rewards (`str`, *optional*, defaults to `"group"`):
-            TRL's field with one more value: `"agent"` divides each agent's group advantages by the std of that
-            agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's.
+            TRL's field with two more values: `"agent"` divides each agent's group advantages by the std of that
+            agent's own returns in the batch (Dr. MAS), where `"batch"` divides by the std of every agent's;
+            `"group_zscore"` standardises each group's centred returns (minus their mean, over their population std
+            clamped at 1e-6), so that every `advantage_baseline` gives the same advantages.
         team_reward_weight (`float`, *optional*, defaults to `1.0`):
             alpha of PettingLLMs' reward mix: agent i learns from `alpha * team + (1 - alpha) * own_i`, where `own_i`
             counts agent i's own value of each per-agent reward function (TRL's convention), or of an environment's
@@ -138,6 +140,11 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
             use full attention (Llama, Qwen2, Mistral without sliding window, ...); other models, prompt/prefix-tuning
             adapters and reentrant activation checkpointing use the plain computation, and so does `generate` with
             beams, several sequences per row or a `cache_implementation`.
+        logprob_temperature (`float` or `None`, *optional*):
+            The temperature the update's log-probabilities (the policy's, the old policy's and the reference's) are
+            computed at. `None` (default): the sampling `temperature`, as GRPOTrainer computes them. `1.0`: the
+            model's own distribution, whatever the sampling temperature (plain REINFORCE). With vLLM's
+            importance-sampling correction it must be `None`: the sampler's log-probs are at the sampling temperature.
         check_functions_before_training (`bool`, *optional*, defaults to `False`):
             Opt-in: call the reward and the transition once on the first training row with placeholder answers (and
             reset and fork the environment for them) when the trainer is built, so that a wrong return (count, type,
@@ -278,6 +285,13 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
             "chunks. Same update, bounded memory. None: per_device_train_batch_size."
         },
     )
+    logprob_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "Temperature of the update's log-probs (policy, old policy, reference). None: the sampling "
+            "`temperature`, as in TRL; 1.0: the model's own distribution (plain REINFORCE)."
+        },
+    )
     generate_chunk_size: int | None = field(
         default=None,
         metadata={
@@ -299,9 +313,10 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
     scale_rewards: str = field(
         default="group",
         metadata={
-            "help": "How advantages are scaled, TRL's three and one more: 'group' (True; each group's std), 'batch' "
+            "help": "How advantages are scaled, TRL's three and two more: 'group' (True; each group's std), 'batch' "
             "(the std of every return in the batch, every agent's), 'agent' (the std of that agent's own returns, as "
-            "Dr. MAS), 'none' (False; no scaling).",
+            "Dr. MAS), 'group_zscore' (each group's centred returns minus their mean, over their population std), "
+            "'none' (False; no scaling).",
             "choices": list(credit_options.SCALINGS),
         },
     )
@@ -457,6 +472,7 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
                 f"MAGRPOConfig: rollout_trees_max_chars must be >= 16, got {self.rollout_trees_max_chars}: a text keeps "
                 "its first and last halves around the cut marker."
             )
+        self._check_logprob_temperature()
         for name in ("update_chunk_size", "generate_chunk_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"MAGRPOConfig: {name} must be >= 1 or None, got {getattr(self, name)}.")
@@ -493,6 +509,25 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
                 f"MAGRPOConfig: multi_objective_aggregation='normalize_then_sum' scales the advantages by the batch's "
                 f"std, as TRL does; scale_rewards={self.scale_rewards!r} is not used."
             )
+
+    def _check_logprob_temperature(self) -> None:
+        value = self.logprob_temperature
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise ValueError(f"MAGRPOConfig: logprob_temperature must be a finite number > 0 or None, got {value!r}.")
+        if self.use_vllm and self.vllm_importance_sampling_correction and value != self.temperature:
+            raise ValueError(
+                f"MAGRPOConfig: logprob_temperature={value} with use_vllm=True and "
+                "vllm_importance_sampling_correction=True: the correction compares vLLM's log-probs, taken at the "
+                f"sampling temperature ({self.temperature}), with the update's, so both must be at one temperature. "
+                "Leave logprob_temperature None, or set vllm_importance_sampling_correction=False."
+            )
+
+    @property
+    def update_temperature(self) -> float:
+        """The temperature of the update's log-probs: `logprob_temperature`, or the sampling `temperature`."""
+        return self.temperature if self.logprob_temperature is None else float(self.logprob_temperature)
 
     @property
     def advantage_scale(self) -> str:

@@ -163,9 +163,10 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.task.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
         for callback in inputs.callbacks:  # the learning-signal warnings, and the CoMLRL face's (`arguments`)
             self.add_callback(callback)
-        fused_heads_on_agents(self.team, self.temperature, args.cast_lm_head_to_fp32)
+        # the log-prob heads at `logprob_temperature` (GRPOTrainer's: the sampling temperature, `self.temperature`)
+        fused_heads_on_agents(self.team, args.update_temperature, args.cast_lm_head_to_fp32)
         self.share_prompts = prompt_sharing(self.team, args.share_prompts)
-        self.ref_team, reference_sync = build_reference(self.accelerator, self.team, args, self.temperature)
+        self.ref_team, reference_sync = build_reference(self.accelerator, self.team, args, args.update_temperature)
         # GRPOTrainer's `ref_model` (None for adapters, as GRPOTrainer's with PEFT): a team of one's is the agent's copy
         self.ref_model = None if self.ref_team is None else self.accelerator.unwrap_model(self.ref_team).trainer_model
         self.tools = self.tool_calling.all_tools() if self.tool_calling else []  # GRPOTrainer's: every agent's

@@ -60,8 +60,17 @@ class MAGRPOConfig(TRLFaceConfig):
         rollout_buffer_size (`int`, defaults to `2`), train_batch_size (`int`, *optional*): tree nodes of an agent per
             generation and per optimizer step; a prompt's tree is never split (`per_device_train_batch_size`,
             `steps_per_generation`).
-        advantage_normalization (`bool`, defaults to `True`): `scale_rewards="group"` (`False`: `"none"`).
+        advantage_normalization (`bool`, defaults to `True`): `scale_rewards="group_zscore"`, CoMLRL's rule: the
+            group's advantages minus their mean, over their population std (`False`: `"none"`, no scaling). With it
+            on, every `advantage_mode` gives the same advantages, as in CoMLRL.
         advantage_mode (`str`, defaults to `"mean"`): `advantage_baseline` (`mean`, `rloo`, `max`; `raw` is `none`).
+        discount (`float`, defaults to `1.0`): kept, as in CoMLRL, whose MAGRPO does not use it: its returns are
+            undiscounted sums over the tree. Another value is said once at WARNING and trained as `1.0`.
+
+    The update is CoMLRL's where TRL's loss can express it (docs/from_comlrl.md, "The objective"): sequence-summed
+    log-probs (`loss_type="luspo"`, `importance_sampling_level="sequence"`) at temperature 1 (`logprob_temperature`),
+    no gradient clipping (`max_grad_norm=0`), and torch's AdamW with its weight decay (`optim="adamw_torch"`,
+    `weight_decay=0.01`, on every parameter).
         reference_kl_enabled (`bool`, defaults to `False`), reference_kl_coef (`float`, defaults to `0.1`): `beta`.
     """
 
@@ -85,6 +94,26 @@ class MAGRPOConfig(TRLFaceConfig):
         },
     )
     lr_scheduler_type: str = field(default="constant", metadata={"help": "CoMLRL's AdamW has no schedule."})
+    discount: float = field(
+        default=1.0,
+        metadata={
+            "help": "Kept, as in CoMLRL, and not used: its MAGRPO's returns are undiscounted (another value is said)."
+        },
+    )
+    # CoMLRL's update: torch's AdamW at its defaults, no clipping; REINFORCE's sequence-summed log-probs at temperature 1
+    optim: str = field(default="adamw_torch", metadata={"help": "torch's AdamW, as CoMLRL builds it."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW's weight decay (CoMLRL: torch's, 0.01)."})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping; 0: none (CoMLRL clips none)."})
+    loss_type: str = field(
+        default="luspo",
+        metadata={"help": "TRL's loss; 'luspo' at the sequence level sums each completion's log-probs, as CoMLRL."},
+    )
+    importance_sampling_level: str = field(
+        default="sequence", metadata={"help": "'sequence': with 'luspo', CoMLRL's sequence-summed gradient."}
+    )
+    logprob_temperature: float | None = field(
+        default=1.0, metadata={"help": "Temperature of the update's log-probs (CoMLRL: 1, the model's own)."}
+    )
 
     # CoMLRL's own names
     agent_learning_rate: float = field(default=5e-6, metadata={"help": "Each agent's learning rate (learning_rate)."})
@@ -98,7 +127,9 @@ class MAGRPOConfig(TRLFaceConfig):
     eval_interval: int = field(default=16, metadata={"help": "Evaluate every this many one-prompt steps; 0: never."})
     eval_num_samples: int = field(default=4, metadata={"help": "Rows of eval_dataset evaluated."})
     rollout_buffer_size: int = field(default=2, metadata={"help": "Tree nodes of an agent per generation."})
-    advantage_normalization: bool = field(default=True, metadata={"help": "scale_rewards='group' (False: 'none')."})
+    advantage_normalization: bool = field(
+        default=True, metadata={"help": "scale_rewards='group_zscore', CoMLRL's rule (False: 'none')."}
+    )
     advantage_mode: str = field(default="mean", metadata={"help": "mean, rloo, max or raw (advantage_baseline)."})
     reference_kl_enabled: bool = field(default=False, metadata={"help": "A KL term against each agent's copy."})
     reference_kl_coef: float = field(default=0.1, metadata={"help": "Its coefficient (beta)."})
@@ -258,7 +289,7 @@ def translate(config: MAGRPOConfig) -> None:
     config.parallel_training = _parallel_mode(config.parallel_training)
     _put(config, "learning_rate", float(config.agent_learning_rate), "agent_learning_rate")
     _put(config, "advantage_baseline", ADVANTAGE_MODES[str(config.advantage_mode).lower()], "advantage_mode")
-    _put(config, "scale_rewards", "group" if config.advantage_normalization else "none", "advantage_normalization")
+    _put(config, "scale_rewards", normalisation(config), "advantage_normalization")
     beta = float(config.reference_kl_coef) if config.reference_kl_enabled else 0.0
     _put(config, "beta", beta, "reference_kl_enabled" if config.reference_kl_enabled else "reference_kl_coef")
     if config.reference_kl_enabled:
@@ -279,6 +310,13 @@ def translate(config: MAGRPOConfig) -> None:
         )
     _rollout_buffer(config)
     _eval_interval(config, int(config.eval_interval))
+
+
+def normalisation(config: MAGRPOConfig) -> str:
+    """CoMLRL's `advantage_normalization` as the core's `scale_rewards`: on, each group's advantages minus their mean
+    over their population std, clamped at 1e-6 (`credit.options.group_zscore`, CoMLRL 1.4.3's
+    `MAGRPOTrainer._compute_loss_with_gradients`); off, the advantages as the baseline leaves them."""
+    return "group_zscore" if config.advantage_normalization else "none"
 
 
 def nodes_per_tree(num_generations: int, num_turns: int, joint_mode: str, num_agents: int) -> int:
@@ -355,7 +393,7 @@ def _eval_interval(config: MAGRPOConfig, interval: int) -> None:
 SCALARS = {
     "agent_learning_rate": ("learning_rate", lambda c: float(c.agent_learning_rate)),
     "advantage_mode": ("advantage_baseline", lambda c: ADVANTAGE_MODES[str(c.advantage_mode).lower()]),
-    "advantage_normalization": ("scale_rewards", lambda c: "group" if c.advantage_normalization else "none"),
+    "advantage_normalization": ("scale_rewards", normalisation),
     "reference_kl_enabled": ("beta", lambda c: float(c.reference_kl_coef) if c.reference_kl_enabled else 0.0),
     "reference_kl_coef": ("beta", lambda c: float(c.reference_kl_coef) if c.reference_kl_enabled else 0.0),
 }
@@ -394,3 +432,16 @@ def say_early_termination(config: MAGRPOConfig) -> None:
             "reward that is never negative no branch reaches turn 2. Set early_termination_threshold=None to run "
             "every turn, or a value that only a good enough answer scores above."
         )
+
+
+def undiscounted(config: MAGRPOConfig) -> None:
+    """CoMLRL's MAGRPO keeps `discount` but sums the rewards over the tree undiscounted (its `compute_returns`; docs
+    `marl/multi-turn-interaction.md`): the trainer's copy of the config trains with `discount=1.0`, and another value
+    is said once, so that it is not silently dropped."""
+    if config.discount != 1.0:
+        logger.warning_once(
+            f"MAGRPOTrainer: discount={config.discount} is not used, as in CoMLRL 1.4.3, whose MAGRPO sums the rewards "
+            "over the turns undiscounted (return = reward + mean return of the next turn). Training with discount=1.0. "
+            "For discounted returns, use the TRL face, trl_multiagent.MAGRPOTrainer."
+        )
+    config.discount = 1.0

@@ -16,7 +16,7 @@ CONFIG = {
     "eval_batch_size": "`per_device_eval_batch_size` (rows: prompts x num_generations)",
     "rollout_buffer_size": "`per_device_train_batch_size` with `steps_per_generation`",
     "train_batch_size": "`per_device_train_batch_size` (rows: prompts x num_generations)",
-    "advantage_normalization": "`scale_rewards` ('group', or 'none' for False)",
+    "advantage_normalization": "`scale_rewards` ('group_zscore', or 'none' for False)",
     "advantage_mode": "`advantage_baseline` (mean, rloo, max; 'none' for CoMLRL's raw)",
     "reference_kl_enabled": "`beta` > 0",
     "reference_kl_coef": "`beta`",

@@ -27,7 +27,7 @@ from .arguments import (
     model_config_keywords,
     wandb_reporting,
 )
-from .config import MAGRPOConfig, check_late_changes, fit_to_prompts, say_early_termination
+from .config import MAGRPOConfig, check_late_changes, fit_to_prompts, say_early_termination, undiscounted
 from .rewards import comlrl_reward, comlrl_transition
 
 
@@ -67,7 +67,10 @@ class MAGRPOTrainer(TRLFaceTrainer):
     - `_generate_and_score_completions` counts the joint actions scored in training (`env_step`);
     - CoMLRL's public attributes (`agents`, `tokenizer`, `optimizers`, `reference_models`, `env_step`, ...) are read
       from the trainer's state (docs/from_comlrl.md).
-    - saving keeps CoMLRL's layout, `agent_{i}/` even for one agent (`one_agent_in_agent_folder`).
+    - saving keeps CoMLRL's layout, `agent_{i}/` even for one agent (`one_agent_in_agent_folder`);
+    - the objective is CoMLRL's where TRL's loss can express it: undiscounted returns (`discount` said once and
+      unused, `comlrl.config.undiscounted`), weight decay on every parameter (`get_decay_parameter_names`), and the
+      config's update defaults (docs/from_comlrl.md, "The objective").
     """
 
     points_to_comlrl_face = False  # a refused argument here gets the closest names (`keywords`)
@@ -105,6 +108,7 @@ class MAGRPOTrainer(TRLFaceTrainer):
             )
         args = check_late_changes(args)  # a copy: the caller's config stays as it was
         say_early_termination(args)
+        undiscounted(args)
         model, count = _team(agent_model, agents, num_agents)
         args.num_agents = count
         if reward_func is None or not callable(reward_func):
@@ -321,6 +325,11 @@ class MAGRPOTrainer(TRLFaceTrainer):
     model_name = FixedWhenBuilt(
         lambda self: self._given["model_name"], doc="`agent_model`, or the first agent's name or path."
     )
+
+    def get_decay_parameter_names(self, model) -> list[str]:
+        """Every parameter takes AdamW's weight decay, as in CoMLRL, which gives `torch.optim.AdamW` all of an agent's
+        parameters in one group (the Trainer exempts biases and norms)."""
+        return [name for name, _ in model.named_parameters()]
 
     def _generate_and_score_completions(self, inputs):
         """The core's, counting the joint actions scored in training (`env_step`: the reward is called once per joint

@@ -42,12 +42,13 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Scaling:
-    """`MAGRPOConfig.scale_rewards`: what the centred returns are divided by (its std, plus 1e-4)."""
+    """`MAGRPOConfig.scale_rewards`: how the centred returns become advantages (TRL's: divided by a std of the
+    returns, plus 1e-4)."""
 
-    std: Callable[[torch.Tensor], torch.Tensor] | None  # (groups, K) returns -> their std; None: no division
+    scaled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (groups, K) centred, returns -> advantages
     doc: str
     paper: str
-    per_agent: bool = False  # `std` sees one agent's groups at a time (`credit.team_advantages` splits the team)
+    per_agent: bool = False  # `scaled` sees one agent's groups at a time (`credit.team_advantages` splits the team)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,29 @@ def _std(x: torch.Tensor, dim=None, keepdim=False) -> torch.Tensor:
 
 def _batch_std(returns: torch.Tensor) -> torch.Tensor:
     return _std(returns) if returns.numel() > 1 else torch.zeros(())
+
+
+def _divided_by(std: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """TRL's scaling: the centred returns over `std` of the returns, plus 1e-4. A single completion per group (e.g.
+    greedy evaluation) has no spread: its std is 0, not NaN."""
+    return lambda centred, returns: centred / (torch.nan_to_num(std(returns)) + 1e-4)
+
+
+def group_zscore(centred: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """Each group's centred returns standardised: minus their own mean, over their population std clamped at 1e-6
+    (a group of one is left as it is). Whatever the baseline subtracted, only its spread is left, so every baseline
+    gives the same advantages.
+
+    >>> returns = torch.tensor([[0.2, 0.5, 0.9, 0.4]])
+    >>> group_zscore(returns - returns.max(), returns).round(decimals=2)
+    tensor([[-1.1800,  0.0000,  1.5700, -0.3900]])
+    >>> group_zscore(torch.tensor([[0.7, 0.7]]), None), group_zscore(torch.tensor([[0.7]]), None)
+    (tensor([[0., 0.]]), tensor([[0.7000]]))
+    """
+    if centred.size(1) < 2:
+        return centred
+    mean = centred.mean(dim=1, keepdim=True)
+    return (centred - mean) / centred.std(dim=1, keepdim=True, unbiased=False).clamp(min=1e-6)
 
 
 MAGRPO = "MAGRPO: Liu et al., LLM Collaboration With Multi-Agent Reinforcement Learning, arXiv 2508.04652"
@@ -107,13 +131,24 @@ BASELINES = {
     ),
     "none": Baseline(lambda r: r, "nothing: the raw returns", "REINFORCE: Williams, 1992"),
 }
-SCALINGS = {  # TRL's three, and "agent"
-    "group": Scaling(lambda r: _std(r, dim=1, keepdim=True), "each group's std (TRL's default)", GRPO),
-    "batch": Scaling(
-        _batch_std, "the std of every return in the batch, every agent's", "PPO Lite (as TRL cites): arXiv 2508.08221"
+SCALINGS = {  # TRL's three, "agent" and "group_zscore"
+    "group": Scaling(
+        _divided_by(lambda r: _std(r, dim=1, keepdim=True)), "divided by each group's std (TRL's default)", GRPO
     ),
-    "agent": Scaling(_batch_std, "the std of the agent's own returns in the batch", DR_MAS, per_agent=True),
-    "none": Scaling(None, "no division", "Dr. GRPO (as TRL cites): arXiv 2503.20783"),
+    "batch": Scaling(
+        _divided_by(_batch_std),
+        "divided by the std of every return in the batch, every agent's",
+        "PPO Lite (as TRL cites): arXiv 2508.08221",
+    ),
+    "agent": Scaling(
+        _divided_by(_batch_std), "divided by the std of the agent's own returns in the batch", DR_MAS, per_agent=True
+    ),
+    "group_zscore": Scaling(
+        group_zscore,
+        "each group's centred returns standardised: minus their mean, over their population std (at least 1e-6)",
+        "CoMLRL 1.4.3's MAGRPO (no paper)",
+    ),
+    "none": Scaling(lambda centred, returns: centred, "no scaling", "Dr. GRPO (as TRL cites): arXiv 2503.20783"),
 }
 BRANCHINGS = {
     "all": Branching(lambda choices, top_m: choices, "every joint action: K + K**2 + ... + K**T completions", MAGRPO),

@@ -200,12 +200,13 @@ def agent_completion_returns(
 
 
 def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseline: str = "mean") -> torch.Tensor:
-    """Advantages for groups of K completions: ``(r - baseline(group)) / (std + 1e-4)``.
+    """Advantages for groups of K completions: ``r - baseline(group)``, scaled: TRL's ``/ (std + 1e-4)``, or
+    standardised (``"group_zscore"``).
 
     Args:
         returns: ``(num_groups, K)``; one group is one agent's K completions at one node.
-        scale_rewards: what divides, a `credit_options.SCALINGS` name (a per-agent one, ``"agent"``, sees
-            ``returns`` as one agent's: `team_advantages` passes them so).
+        scale_rewards: how the centred returns are scaled, a `credit_options.SCALINGS` name (a per-agent one,
+            ``"agent"``, sees ``returns`` as one agent's: `team_advantages` passes them so).
         baseline: what is subtracted, a `credit_options.BASELINES` name.
 
     >>> group_advantages(torch.tensor([[1.0, 3.0]]), "none")
@@ -214,15 +215,19 @@ def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseli
     tensor([[-3.0000, -1.5000,  4.5000]])
     >>> group_advantages(torch.tensor([[1.0, 3.0]]), "none", baseline="max"), group_advantages(torch.tensor([[1.0, 3.0]]), "none", baseline="none")
     (tensor([[-2.,  0.]]), tensor([[1., 3.]]))
+
+    TRL's `"group"` divides the centred returns by the returns' std; `"group_zscore"` re-centres them first, so the
+    baseline no longer matters:
+
+    >>> group_advantages(torch.tensor([[0.2, 0.5, 0.9, 0.4]]), "group", baseline="none").round(decimals=2)
+    tensor([[0.6800, 1.7000, 3.0600, 1.3600]])
+    >>> group_advantages(torch.tensor([[0.2, 0.5, 0.9, 0.4]]), "group_zscore", baseline="none").round(decimals=2)
+    tensor([[-1.1800,  0.0000,  1.5700, -0.3900]])
     """
     if returns.dim() != 2:
         raise ValueError(f"group_advantages expects a (groups, K) tensor, got shape {tuple(returns.shape)}.")
     centred = check("advantage_baseline", baseline).centred(returns)
-    std = check("scale_rewards", scale_rewards).std
-    if std is None:
-        return centred
-    # A single completion per group (e.g. greedy evaluation) has no spread: its advantage is 0, not NaN.
-    return centred / (torch.nan_to_num(std(returns)) + 1e-4)
+    return check("scale_rewards", scale_rewards).scaled(centred, returns)
 
 
 class Credit(NamedTuple):
