@@ -65,7 +65,8 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.examples import (
     PROMPTS,

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from trl import ModelConfig
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.plot import run_report

@@ -43,7 +43,8 @@ from transformers import AutoTokenizer
 from trl import ModelConfig
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, reuse_freed_memory
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.plot import run_report

@@ -58,12 +58,13 @@ def finished(output_dir, *args, nproc=2):
 
 
 def assert_clean_exit(result, ranks, threads_joined=True):
-    """The worker just returns from main: each rank's process groups were released by the trainer before the
-    interpreter's finalisation, and nothing aborted. `threads_joined`: no gloo thread is left either, the groups were
-    freed (DeepSpeed's import can hold the world group in a default argument:
-    `distributed.release_groups_held_as_defaults`). Not under DeepSpeed, whose engine stays referenced by its own hooks and keeps its parameters, which hold
-    their groups, nor with colocated vLLM engines, whose parallel state (`vllm.distributed.parallel_state`, module
-    globals) keeps the groups vLLM made."""
+    """The worker just returns from main, which ends with `trainer.end()`: each rank's process groups were released
+    before the interpreter's finalisation, and nothing aborted. `threads_joined`: no gloo thread is left either once
+    garbage is collected, the groups were freed (nothing that is never collected holds one: DeepSpeed's functions take
+    the world group as a default when DeepSpeed is imported after it is made, so the worker imports it first). Not
+    under DeepSpeed, whose engine stays referenced by its own hooks and keeps its parameters, which hold their groups,
+    nor with colocated vLLM engines, whose parallel state (`vllm.distributed.parallel_state`, module globals) keeps the
+    groups vLLM made."""
     for rank in ranks:
         expected = f"rank {rank}: process groups at exit: released" + (", gloo threads []" if threads_joined else "")
         assert expected in result.stdout, result.stdout[-3000:]

@@ -106,7 +106,7 @@ def test_config_is_cpu_safe_with_the_seed_arguments():
         ),
         (
             dict(scale_rewards="yes"),
-            r"MAGRPOConfig: scale_rewards must be one of \('group', 'batch', 'agent', 'none'\).*got 'yes'",
+            r"MAGRPOConfig: scale_rewards must be one of \('group', 'batch', 'agent', 'group_zscore', 'none'\).*got 'yes'",
         ),
         (dict(temperature=0.0), r"MAGRPOConfig: temperature must be > 0, got 0.0\. .*set eval_do_sample=False"),
         (dict(temperature=-0.5), "MAGRPOConfig: temperature must be > 0, got -0.5"),

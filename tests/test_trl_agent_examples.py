@@ -232,25 +232,29 @@ def test_environments_are_pooled_checked_on_their_own_worlds_and_closed_once(mod
         )  # fmt: skip
 
     trainer = build("ends")
-    # the build-time check: its 2 joint actions act on the probe, reset with the row; nothing more is made, so the
-    # pool holds the probe alone after building, as GRPOTrainer's (TRL's test_train_with_multiple_environments)
-    assert len(set(seen[0])) == 1 and len(ConnectedEnv.made) == 1 and [e.resets for e in ConnectedEnv.made] == [1]
-    assert trainer._environment_pool == {None: ConnectedEnv.made}
+    # building calls no reward and resets no world (the functions are checked from their signatures); one instance is
+    # constructed to read its tools and seeds the pool, as GRPOTrainer's probe (TRL's test_train_with_multiple_environments)
+    assert seen == [] and len(ConnectedEnv.made) == 1 and [e.resets for e in ConnectedEnv.made] == [0]
     trainer.train()
     # 2 rows x 2 joint actions per step: 4 distinct worlds, made once and reset in each of the 2 steps
-    assert [len(set(ids)) for ids in seen[1:]] == [4, 4] and set(seen[1]) == set(seen[2])
+    assert [len(set(ids)) for ids in seen] == [4, 4] and set(seen[0]) == set(seen[1])
     assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
-    assert [e.resets for e in ConnectedEnv.made] == [3, 2, 2, 2]
+    assert [e.resets for e in ConnectedEnv.made] == [2, 2, 2, 2]  # the probe among them
     trainer.evaluate(Dataset.from_dict({"prompt": [[{"role": "user", "content": "Count."}]] * 2}))  # on its own
     assert len(ConnectedEnv.made) == 8 and [e.closes for e in ConnectedEnv.made] == [1] * 8  # its 4 new ones too
-    ConnectedEnv.made, seen[:], fail_at[0] = [], [], 2
+    ConnectedEnv.made, seen[:], fail_at[0] = [], [], 1
     failing = build("fails")
     with pytest.raises(RuntimeError, match="the judge is down"):
-        failing.train()  # the first step's reward (after the build-time call) fails
+        failing.train()  # the first step's reward fails
     assert len(ConnectedEnv.made) == 4 and [e.closes for e in ConnectedEnv.made] == [1] * 4
+    # the opt-in check before training: its 2 joint actions act on one probe, reset with the row, which the pool keeps
+    ConnectedEnv.made, seen[:], fail_at[0] = [], [], None
+    checked = build("checked", check_functions_before_training=True)
+    assert len(seen) == 1 and len(set(seen[0])) == 1 and len(ConnectedEnv.made) == 1
+    assert [e.resets for e in ConnectedEnv.made] == [1] and checked._environment_pool == {None: ConnectedEnv.made}
     ConnectedEnv.made, seen[:], fail_at[0] = [], [], 1
     with pytest.raises(RuntimeError, match="the judge is down"):
-        build("build fails")  # the build-time check's call fails: the probe closes
+        build("check fails", check_functions_before_training=True)  # the check's call fails: the probe closes
     assert len(ConnectedEnv.made) == 1 and [e.closes for e in ConnectedEnv.made] == [1]
 
 

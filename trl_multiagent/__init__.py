@@ -6,13 +6,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these); at run time `__getattr__` imports them
     from .config import MAGRPOConfig
-    from .devices import reuse_freed_memory
     from .rewards.wrappers import joint, per_agent, per_joint_action
     from .team.agent_team import AgentTeam
     from .trainer import MAGRPOTrainer
 
 
-__all__ = ["AgentTeam", "MAGRPOConfig", "MAGRPOTrainer", "joint", "per_agent", "per_joint_action", "reuse_freed_memory"]
+__all__ = ["AgentTeam", "MAGRPOConfig", "MAGRPOTrainer", "joint", "per_agent", "per_joint_action"]
 __version__ = "0.1.0"
 
 # Each public name's module, imported on first use (PEP 562): `python -m trl_multiagent.view` and the evaluation
@@ -24,7 +23,6 @@ _MODULES = {
     "joint": ".rewards.wrappers",
     "per_agent": ".rewards.wrappers",
     "per_joint_action": ".rewards.wrappers",
-    "reuse_freed_memory": ".devices",
 }
 
 

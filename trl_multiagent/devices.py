@@ -45,7 +45,7 @@ def reuse_freed_memory() -> str:
     Example:
 
     ```python
-    from trl_multiagent import reuse_freed_memory
+    from trl_multiagent.devices import reuse_freed_memory
 
     reuse_freed_memory()  # first thing in a CPU training script
     ```
@@ -67,5 +67,5 @@ def reuse_freed_memory() -> str:
     else:
         libc = ctypes.CDLL(None)
         done = "set" if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) else "left: refused"
-    logger.info(f"trl_multiagent.reuse_freed_memory: malloc {done}.")
+    logger.info(f"trl_multiagent.devices.reuse_freed_memory: malloc {done}.")
     return done

@@ -6,6 +6,7 @@ Launched by tests/test_distributed.py under torchrun with 2 processes (gloo on C
 import argparse
 import atexit
 import contextlib
+import gc
 import json
 import math
 import os
@@ -27,7 +28,8 @@ from accelerate.utils import gather_object  # noqa: E402
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint, reuse_freed_memory
+from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 from trl_multiagent.demo.testing import make_model, make_tokenizer, with_trained_adapter
 from trl_multiagent.rollout import Generation
@@ -237,12 +239,15 @@ def main():
     with open(os.path.join(cli.output_dir, f"pid_rank{rank}"), "w") as f:
         f.write(str(os.getpid()))
     # Runs after `main` returned, which ends with `trainer.end()`: the process groups must be released by then, and
-    # their gloo threads gone, before the interpreter's finalisation (tests/test_distributed.py).
-    atexit.register(
-        lambda: print(
-            f"rank {rank}: process groups at exit: {groups_state()}, gloo threads {gloo_threads()}", flush=True
-        )
-    )
+    # their gloo threads gone once garbage is collected (tests/test_distributed.py). The trainer, as every transformers
+    # Trainer, lives in reference cycles (its callbacks, accelerate's hooks) that hold DDP's reducer and so its group
+    # until a collection; the interpreter's finalisation collects them before it tears modules down. What must not
+    # remain is a group held by what is never collected: a module global or a function's default.
+    def report_groups_at_exit():
+        gc.collect()
+        print(f"rank {rank}: process groups at exit: {groups_state()}, gloo threads {gloo_threads()}", flush=True)
+
+    atexit.register(report_groups_at_exit)
 
     def feedback(prompt, agent_completions, num_agents, **history):
         if rank == cli.fail_on_rank and cli.fail_in == "transition" and cli.sigkill_in is None:
