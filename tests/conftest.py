@@ -50,6 +50,13 @@ def bubblewrap(request):
 skipped_browser_tests = []  # the reason, once per skipped test
 
 
+# The slow run of TRL's own test file (tests/test_trl_contract.py) skips where those files are not found; why, at the end.
+skipped_trl_contract_tests = []  # the reason, once per skipped test
+
+# TRL-like test files that tests/test_trl_contract.py hands to the harness, not tests of this suite.
+collect_ignore = ["trl_contract/synthetic_trl_tests"]
+
+
 def pytest_terminal_summary(terminalreporter):
     if skipped_sandbox_tests:
         terminalreporter.write_line(
@@ -60,6 +67,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"{len(skipped_browser_tests)} browser tests skipped: {skipped_browser_tests[0]} (TRL_MULTIAGENT_REQUIRE_"
             "BROWSER_TESTS=1 makes that an error)."
+        )
+    if skipped_trl_contract_tests:
+        terminalreporter.write_line(
+            f"{len(skipped_trl_contract_tests)} TRL contract test(s) skipped: {skipped_trl_contract_tests[0]}."
         )
 
 
