@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
@@ -21,13 +22,13 @@ from ..arguments.datasets import check_dataset_fills_a_step
 from ..checkpoint import COMPLETE_MARKER, is_complete
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
-    Evaluation,
     add_special_tokens,
     check_agent_model_names,
     model_config_keywords,
     wandb_reporting,
 )
 from .config import MAGRPOConfig, check_late_changes, fit_to_prompts, say_early_termination, undiscounted
+from .evaluation import EvaluatedPaths, Evaluation, trainer_log_keys, turn_metrics
 from .rewards import comlrl_reward, comlrl_transition
 
 
@@ -137,8 +138,6 @@ class MAGRPOTrainer(TRLFaceTrainer):
             args.check_functions_before_training = False  # no row of the user's to check them with
         elif isinstance(train_dataset, Dataset):
             fit_to_prompts(args, len(train_dataset))
-        if eval_dataset is not None and args.eval_num_samples < len(eval_dataset):
-            eval_dataset = eval_dataset.select(range(max(args.eval_num_samples, 1)))  # CoMLRL evaluates one at 0
         if eval_dataset is None:  # CoMLRL evaluates only with an eval_dataset
             args.eval_strategy, args.eval_on_start = "no", False
         formatter_list = [formatters] * count if callable(formatters) else formatters
@@ -272,6 +271,61 @@ class MAGRPOTrainer(TRLFaceTrainer):
         )
         return {"epoch": state.epoch, "global_step": state.global_step}
 
+    def evaluate(self, num_eval_samples: int | None = None, ignore_keys=None) -> dict[str, Any]:
+        """CoMLRL's `evaluate` (`comlrl.evaluation`): the first `num_eval_samples` rows of `eval_dataset` (default
+        `args.eval_num_samples`; CoMLRL evaluates at least one), one sampled path each, every turn run, in batches of
+        `eval_batch_size` prompts. Returns CoMLRL's metrics, `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`
+        and `eval/{key}` of `eval_aggregator`; `{}` without an `eval_dataset`. They are logged as the Trainer logs an
+        evaluation (`eval_turn_1/reward_mean`, which wandb's callback writes as CoMLRL's `eval/turn_1/reward_mean`).
+
+        The Trainer calls it on `eval_strategy`'s schedule (`eval_interval`), with `ignore_keys` (model outputs to
+        leave out of its predictions: this evaluation makes none, so only None is taken)."""
+        if ignore_keys is not None:
+            raise ValueError(
+                f"MAGRPOTrainer.evaluate: ignore_keys={ignore_keys!r}: CoMLRL's evaluation keeps no model outputs to "
+                "ignore (train(ignore_keys_for_eval=...) reaches it here). Leave it None."
+            )
+        count = self.args.eval_num_samples if num_eval_samples is None else num_eval_samples
+        try:
+            count = int(count)  # as CoMLRL reads it
+        except (TypeError, ValueError):
+            raise TypeError(f"MAGRPOTrainer.evaluate: num_eval_samples must be an integer, got {count!r}.") from None
+        if self.eval_dataset is None:
+            return {}
+        rows = [dict(self.eval_dataset[i]) for i in range(min(max(count, 1), len(self.eval_dataset)))]
+        if not rows:
+            return {}
+        paths = self._evaluated_paths(rows)
+        metrics = self._evaluation.metrics(paths, self.args.num_turns) if self._evaluation is not None else {}
+        metrics.update(turn_metrics(paths.rewards, self.args.num_turns))
+        training = self.model.training
+        self.model.eval()  # GRPOTrainer's `log` reads its mode: eval adds no training values to this line
+        try:
+            self.log(trainer_log_keys(metrics))
+        finally:
+            self.model.train(training)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def _evaluated_paths(self, rows: list[dict]) -> EvaluatedPaths:
+        """One path per row, `eval_batch_size` rows per rollout, in eval mode with every turn run (CoMLRL's evaluation
+        has no early termination). Environments made here are closed after an `evaluate` called on its own."""
+        batch = max(int(self.args.comlrl_batch_sizes["eval_batch_size"]), 1)
+        training, threshold = self.model.training, self.args.early_termination_threshold
+        paths = EvaluatedPaths(self.num_agents)
+        self.model.eval()
+        self.args.early_termination_threshold = None
+        try:
+            with torch.no_grad():
+                for start in range(0, len(rows), batch):
+                    paths.add(self.rollout(rows[start : start + batch], 1), rows[start : start + batch])
+        finally:
+            self.args.early_termination_threshold = threshold
+            self.model.train(training)
+            if not self.is_in_train:
+                self._close_environments()
+        return paths
+
     # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
     @FixedWhenBuilt
     def agents(self) -> list:
@@ -345,8 +399,6 @@ class MAGRPOTrainer(TRLFaceTrainer):
         if self._special_tokens:
             add_special_tokens(inputs.tokenizers, self._special_tokens)
             inputs.grows_embeddings = True  # each agent's embeddings grow to its tokenizer
-        if self._evaluation is not None:
-            inputs.eval_metrics.append(self._evaluation)
         return inputs
 
 
