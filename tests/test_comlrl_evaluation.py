@@ -114,8 +114,9 @@ def test_scheduled_evaluation_logs_comlrl_metrics_only(tmp_path, tokenizer):
     """`eval_interval` evaluates before training and every interval: each evaluation line holds CoMLRL's metrics
     alone (no TRL `eval_loss`, runtime or rollout keys), and training goes on in train mode."""
     calls = []
+    # logging every 2 steps: at step 1 the evaluation runs while that step's training values wait to be logged
     trainer = build(
-        tmp_path, tokenizer, calls, num_turns=1, eval_interval=2, eval_num_samples=2,
+        tmp_path, tokenizer, calls, num_turns=1, eval_interval=2, eval_num_samples=2, logging_steps=2,
         early_termination_threshold=None,
     )  # fmt: skip
     trainer.train_dataset = Dataset.from_list([{"prompt": p} for p in ("a b", "c d", "e f", "g h")])
@@ -128,4 +129,7 @@ def test_scheduled_evaluation_logs_comlrl_metrics_only(tmp_path, tokenizer):
             "eval_turn_1/reward_mean", "eval_turn_1/expected_return", "eval_turn_1/agent_1_length", "epoch", "step"
         }  # fmt: skip
     assert [len(c["batch_items"]) for c in calls if "batch_items" in c] == [2, 2, 2]
-    assert any("turn_1/reward_mean" in h and "eval_turn_1/reward_mean" not in h for h in trainer.state.log_history)
+    training = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]
+    assert [h["step"] for h in training] == [2] and training[0]["reward"] == pytest.approx(
+        training[0]["turn_1/reward_mean"]
+    )  # steps 1 and 2's values, logged as training's
