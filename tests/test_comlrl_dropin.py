@@ -102,7 +102,7 @@ def test_comlrl_script_trains_and_evaluates(tmp_path, tokenizer, tiny_model_dir)
         external_transition=length_feedback, args=comlrl_config(tmp_path),
     )  # fmt: skip
     assert trainer.num_agents == 2 and len(trainer.task.formatters) == 2
-    assert len(trainer.eval_dataset) == 2  # eval_num_samples
+    assert len(trainer.eval_dataset) == 4  # kept whole: each evaluation takes its first eval_num_samples=2 rows
     trainer.train()
     logs = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]
     evals = [h for h in trainer.state.log_history if "eval_turn_1/reward_mean" in h]

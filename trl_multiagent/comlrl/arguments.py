@@ -1,11 +1,10 @@
 """CoMLRL 1.4.3's trainer arguments that the TRL face lacks, in TRL's terms: `agent_model` beside `agents`,
-`model_config` (`model_init_kwargs` and added tokens), `wandb_config` (TRL's wandb reporting), `eval_logger` and
-`eval_aggregator` (metrics of each evaluation rollout)."""
+`model_config` (`model_init_kwargs` and added tokens), `wandb_config` (TRL's wandb reporting). CoMLRL's `eval_logger`
+and `eval_aggregator` belong to its evaluation (`comlrl.evaluation`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from transformers import TrainerCallback
 
@@ -104,53 +103,3 @@ class WandbConfigSections(TrainerCallback):
 
         if state.is_world_process_zero and wandb.run is not None:
             wandb.run.config.update(self.sections, allow_val_change=True)
-
-
-class Evaluation:
-    """CoMLRL's `eval_logger` and `eval_aggregator`, called as CoMLRL calls them on each evaluation batch:
-    ``eval_logger(agent_completions_turns=[agent][item][turn], batch_items=rows, prompts=[row prompt])``, then
-    ``eval_aggregator(its result, num_turns=T)``, whose dict is logged as `eval_{key}` (CoMLRL: `eval/{key}`).
-
-    An item's path is CoMLRL's: one answer per agent per turn, here the first joint answer of each node and the
-    branch it leads to.
-    """
-
-    def __init__(self, eval_logger: Callable, eval_aggregator: Callable):
-        self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
-
-    @classmethod
-    def from_arguments(cls, eval_logger, eval_aggregator) -> Evaluation | None:
-        for name, func in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
-            if func is not None and not callable(func):
-                raise TypeError(f"MAGRPOTrainer: {name} must be callable, got {func!r}.")
-        if (eval_logger is None) != (eval_aggregator is None):
-            given = "eval_logger" if eval_logger is not None else "eval_aggregator"
-            raise ValueError(
-                f"MAGRPOTrainer: {given} is given alone; CoMLRL calls eval_logger and eval_aggregator together (the "
-                "aggregator turns the logger's per-item metrics into the logged values). Pass both."
-            )
-        return None if eval_logger is None else cls(eval_logger, eval_aggregator)
-
-    def __call__(self, tree, rows: list[dict], num_turns: int) -> dict[str, float]:
-        completions = [first_paths(tree, len(rows), agent) for agent in range(len(tree.nodes[0].completions))]
-        detailed = self.eval_logger(
-            agent_completions_turns=completions, batch_items=rows, prompts=[row.get("prompt", "") for row in rows]
-        )
-        aggregated = self.eval_aggregator(detailed, num_turns=num_turns)
-        if not isinstance(aggregated, dict):
-            raise TypeError(f"MAGRPOTrainer: eval_aggregator must return a dict of metrics, got {aggregated!r}.")
-        return {str(key): float(value) for key, value in aggregated.items()}
-
-
-def first_paths(tree, num_rows: int, agent: int) -> list[list[str]]:
-    """Per dataset row, `agent`'s answer at each turn along the first joint answer of every node."""
-    paths = []
-    for row in range(num_rows):
-        node = next(n for n in tree.nodes if n.row == row and n.parent is None)
-        path = []
-        while node is not None:
-            action = tree.joint_actions[node.joint_actions[0]]
-            path.append(node.completions[agent][action.choice[agent]])
-            node = tree.nodes[action.child] if action.child is not None else None
-        paths.append(path)
-    return paths
