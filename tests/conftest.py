@@ -2,6 +2,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import sys
 import threading
 
 import pytest
@@ -154,3 +155,13 @@ def under_event_loop(loop: str, target):
     if "error" in out:
         raise out["error"]
     return out["value"]
+
+
+@pytest.fixture(autouse=True)
+def no_wandb_run_left_open():
+    """A wandb run a test opened (the CoMLRL face opens one when built with `wandb_config`, as CoMLRL does) ends with
+    the test, so that the next test's `wandb.init` opens its own instead of getting this one back."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()

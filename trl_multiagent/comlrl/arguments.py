@@ -4,23 +4,14 @@ and `eval_aggregator` belong to its evaluation (`comlrl.evaluation`)."""
 
 from __future__ import annotations
 
-import os
-
 from transformers import TrainerCallback
 
 
 MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs", "special_tokens")
-# wandb_config keys CoMLRL 1.4.3 reads, and the environment variable each becomes (transformers' WandbCallback and
-# wandb read them); `name`/`run_name`, `tags` and `config_sections` are handled apart.
-WANDB_ENVIRONMENT = {
-    "project": "WANDB_PROJECT",
-    "entity": "WANDB_ENTITY",
-    "dir": "WANDB_DIR",
-    "mode": "WANDB_MODE",
-    "id": "WANDB_RUN_ID",
-    "resume": "WANDB_RESUME",
-}
-WANDB_KEYS = (*WANDB_ENVIRONMENT, "name", "run_name", "tags", "config_sections")
+# wandb_config keys CoMLRL 1.4.3 passes to `wandb.init` under the same name; `name`/`run_name`, `tags` and
+# `config_sections` are handled apart.
+WANDB_INIT_KEYS = ("project", "entity", "dir", "mode", "id", "resume")
+WANDB_KEYS = (*WANDB_INIT_KEYS, "name", "run_name", "tags", "config_sections")
 
 
 def check_agent_model_names(agent_model, agents) -> None:
@@ -61,8 +52,8 @@ def add_special_tokens(tokenizers: list, special_tokens: dict | None) -> None:
 
 
 def wandb_reporting(wandb_config: dict, args) -> list:
-    """CoMLRL's `wandb_config` as TRL's: `report_to="wandb"`, `run_name`, the `WANDB_*` variables wandb reads, and
-    `config_sections` merged into the run's config (returns the callback that does it)."""
+    """CoMLRL's `wandb_config` as TRL's: `report_to="wandb"`, `run_name`, and the callback that opens the run as
+    CoMLRL does (`WandbRun`). No `WANDB_*` variable is set: the process's environment is the user's."""
     unknown = sorted(set(wandb_config) - set(WANDB_KEYS))
     if unknown:
         raise ValueError(
@@ -74,32 +65,38 @@ def wandb_reporting(wandb_config: dict, args) -> list:
     name = wandb_config.get("name") or wandb_config.get("run_name")
     if name:
         args.run_name = name
-    for key, variable in WANDB_ENVIRONMENT.items():
-        if wandb_config.get(key):
-            os.environ[variable] = str(wandb_config[key])
-    if wandb_config.get("tags"):
-        os.environ["WANDB_TAGS"] = ",".join(wandb_config["tags"])
+    init = {key: wandb_config[key] for key in WANDB_INIT_KEYS if wandb_config.get(key)}
+    init.update(
+        {"name": name} if name else {}, **({"tags": list(wandb_config["tags"])} if wandb_config.get("tags") else {})
+    )
     sections = wandb_config.get("config_sections")
-    if not isinstance(sections, dict) or not sections:
-        return []
+    sections = sections if isinstance(sections, dict) else {}
     output = sections.get("output")
     if isinstance(output, dict) and output.get("verbose") is False:
         args.disable_tqdm = True  # CoMLRL's `config_sections.output.verbose=False` turns its progress bars off
-    return [WandbConfigSections(sections)]
+    return [WandbRun(init, sections)]
 
 
-class WandbConfigSections(TrainerCallback):
-    """Adds CoMLRL's `wandb_config["config_sections"]` to the wandb run's config once the run exists, as CoMLRL's
-    `wandb.init(config=...)` does (`dataset.name`/`dataset.type` also as `dataset_name`/`dataset_type`)."""
+class WandbRun(TrainerCallback):
+    """Opens the wandb run when the trainer is built, on the main process, as CoMLRL's trainer does: `wandb.init` with
+    `wandb_config`'s project, entity, dir, mode, id, resume, name and tags, and its `config_sections` as the run's
+    config (`dataset.name`/`dataset.type` also as `dataset_name`/`dataset_type`). The Trainer's `WandbCallback` then
+    logs into that run instead of opening one. A run already open is kept when `wandb_config` names no other `id`."""
 
-    def __init__(self, sections: dict):
+    def __init__(self, init_kwargs: dict, sections: dict):
+        self.init_kwargs = init_kwargs
         self.sections = dict(sections)
         dataset = sections.get("dataset")
         if isinstance(dataset, dict):
             self.sections.update({f"dataset_{k}": dataset[k] for k in ("name", "type") if k in dataset})
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_init_end(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
         import wandb
 
-        if state.is_world_process_zero and wandb.run is not None:
-            wandb.run.config.update(self.sections, allow_val_change=True)
+        run = wandb.run
+        if run is None or self.init_kwargs.get("id", run.id) != run.id:
+            wandb.init(**self.init_kwargs, config=self.sections)
+        else:
+            run.config.update(self.sections, allow_val_change=True)
