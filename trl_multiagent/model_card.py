@@ -74,9 +74,7 @@ def _loader(adapter: bool) -> tuple[str, str]:
     return ("peft", "AutoPeftModelForCausalLM") if adapter else ("transformers", "AutoModelForCausalLM")
 
 
-def agent_card(
-    index: int, num_agents: int, base: BaseModel, adapter: bool, folder_name: str | None = None
-) -> str:
+def agent_card(index: int, num_agents: int, base: BaseModel, adapter: bool, folder_name: str | None = None) -> str:
     """The card of agent `index`, saved in a folder named `folder_name` (`agent_{index}` by default)."""
     words = base.words()
     on = f" on {words}" if words else ""

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass
 
 from ..checkpoint import agent_dir
-from ..prepared_models import prepare_again, resolve_model_id
+from ..embedded_model import prepare_again
+from ..prepared_models import resolve_model_id
 from .errors import PROG, EvaluationError
 
 
@@ -70,11 +71,13 @@ def find_team(folder: str, base_model: str | None = None) -> SavedTeam:
             f"({[os.path.basename(d) for d, a in zip(dirs, adapters, strict=True) if a]} are adapters); evaluate a "
             "team saved by one run."
         )
-    bases = []
+    bases, resolved = [], {}  # each distinct base resolved once (and said once where it loads from a copy)
     for d in dirs:
         with open(os.path.join(d, "adapter_config.json")) as file:
-            recorded = json.load(file).get("base_model_name_or_path")
-        bases.append(resolve_base(base_model or recorded, d))
+            recorded = base_model or json.load(file).get("base_model_name_or_path")
+        if recorded not in resolved:
+            resolved[recorded] = resolve_base(recorded, d)
+        bases.append(resolved[recorded])
     return SavedTeam(folder, "shared_lora" if len(set(bases)) == 1 else "lora", dirs, bases)
 
 
@@ -86,7 +89,7 @@ def _holds_model(folder: str) -> tuple[bool, bool]:
 def resolve_base(base: str | None, adapter: str) -> str:
     """The folder (or Hub id) an adapter's base loads from: `base` when it is a folder here; a prepared folder that is
     missing here (the embedded model's, recorded by PEFT on the machine that trained it) prepared again here
-    (`prepared_models.prepare_again`); a Hub id as `prepared_models.resolve_model_id` resolves it (offline: its
+    (`embedded_model.prepare_again`); a Hub id as `prepared_models.resolve_model_id` resolves it (offline: its
     prepared copy, said at WARNING as what it is)."""
     if not base:
         raise EvaluationError(f"{adapter!r}: adapter_config.json names no base model; pass --base_model.")
