@@ -72,9 +72,8 @@ def test_an_adapters_files_are_byte_for_byte_what_peft_writes(tmp_path, tiny_mod
         for name in ("adapter_config.json", "adapter_model.safetensors"):
             ours = (tmp_path / "run" / f"agent_{i}" / name).read_bytes()
             assert ours == (tmp_path / "peft" / f"agent_{i}" / name).read_bytes(), (i, name)
-        assert json.loads((tmp_path / "run" / f"agent_{i}" / "adapter_config.json").read_bytes())[
-            "base_model_name_or_path"
-        ] == base  # PEFT's record: the folder the base was read from
+        recorded = json.loads((tmp_path / "run" / f"agent_{i}" / "adapter_config.json").read_bytes())
+        assert recorded["base_model_name_or_path"] == base  # PEFT's record: the folder the base was read from
 
 
 def test_the_team_folder_has_the_trainers_card(tmp_path, tiny_model_dir, no_prepared_copies):
