@@ -207,11 +207,17 @@ def written_by_caller(model):
     if not hasattr(model, "should_save_on_this_rank") or getattr(model.config, "distributed_config", None):
         yield
         return
+    # No public way says "this process writes": `save_pretrained(is_main_process=True)` is and-ed with the global rank
+    # (a private method, kept by a contract test: tests/test_private_api_contract.py). The model's own attribute, if it
+    # set one, is put back as it was.
+    own = vars(model).get("should_save_on_this_rank")
     model.should_save_on_this_rank = lambda is_main_process: is_main_process
     try:
         yield
     finally:
         del model.should_save_on_this_rank
+        if own is not None:
+            model.should_save_on_this_rank = own
 
 
 def save_team(
