@@ -44,6 +44,12 @@ class BaseModel(NamedTuple):
     hub_id: str | None = None
     description: str | None = None
 
+    def short(self) -> str | None:
+        """The base in a few words, for the team card's table (a description up to its details, which follow it)."""
+        if self.hub_id or not self.description:
+            return self.words()
+        return self.description.split(";")[0].split(":")[0] + " (below)"
+
     def words(self) -> str | None:
         """The base as the card's text names it (None for a local folder, which is left out)."""
         return f"`{self.hub_id}`" if self.hub_id else self.description
@@ -150,7 +156,7 @@ def team_card(
     for i, agent in enumerate(agents):
         weights = "LoRA adapter" if agent.adapter else "full weights"
         folder = "the folder itself" if agent.folder == "." else f"`{agent.folder}/`"
-        lines.append(f"| {i} | {folder} | {weights} | {agent.base.words() or 'a local folder'} |")
+        lines.append(f"| {i} | {folder} | {weights} | {agent.base.short() or 'a local folder'} |")
     lines.append("")
     if dataset_name:
         lines += [f"Trained on the dataset `{dataset_name}`.", ""]

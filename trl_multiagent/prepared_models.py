@@ -65,10 +65,10 @@ def prepared_description(path: str | os.PathLike | None) -> str | None:
         quantization = f"{info['quantization']} " if info.get("quantization") else ""
         made = (
             f"a dequantised {quantization}GGUF copy of {name}: the file `{info['gguf_file']}` of the PyPI package "
-            f"`{info.get('source', '?')}`, dequantised to {info.get('dtype', 'float32')} on the machine that trained it"
+            f"`{info.get('source', '?')}`, dequantised to {info.get('dtype', 'float32')} when it was prepared"
         )
     else:
-        made = f"a copy of {name} prepared on the machine that trained it"
+        made = f"a copy of {name} prepared by trl_multiagent"
     return f"{made}; not the weights of the Hub model `{hub_id}`" if hub_id else made
 
 
@@ -97,15 +97,18 @@ def hub_unreachable(model_id: str) -> str | None:
     download, which spend about 25 s per file when there is no connection."""
     if hub_offline():
         return "HF_HUB_OFFLINE is set"
-    import httpx
     from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 
     try:
         HfApi().model_info(model_id, timeout=10)
-    except httpx.TransportError as error:
-        return f"the Hub ({constants.ENDPOINT}) cannot be reached ({error}); HF_HUB_OFFLINE is not set"
-    except Exception:  # the Hub answered: the loader says what is wrong with the id
+    except (HfHubHTTPError, HFValidationError):  # the Hub answered, or the id is malformed: the loader says which
         return None
+    except Exception as error:  # no answer (no route, refused, timed out): huggingface_hub's HTTP client's own error
+        return (
+            f"the Hub ({constants.ENDPOINT}) cannot be reached ({type(error).__name__}: {error}); HF_HUB_OFFLINE is "
+            "not set"
+        )
     return None
 
 
