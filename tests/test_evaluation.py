@@ -467,30 +467,42 @@ def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir
     assert f"| team | 0 1 | 2 | {team_turn_2['mean']:.3f} |" in done.stdout  # the table is printed too
 
 
-def test_an_adapters_hub_base_resolves_to_its_prepared_folder(tmp_path, monkeypatch):
-    """`resolve_base` finds the folder `demo.models` prepares for a Hub id (in `$TRL_MULTIAGENT_CACHE` here, named
-    by the id's last part, complete once its marker names the id), and leaves any other id to transformers."""
+def test_an_adapters_hub_base_resolves_to_its_prepared_folder_when_the_hub_is_out_of_reach(tmp_path, monkeypatch):
+    """`resolve_base` loads a Hub id from the Hub where it answers, and where it cannot (here HF_HUB_OFFLINE) from the
+    folder `prepare_default_model` prepares for it (in `$TRL_MULTIAGENT_CACHE` here, named by the id's last part,
+    complete once its marker names the id): `prepared_models.resolve_model_id`, as the trainer resolves it."""
+    from huggingface_hub import HfApi, constants
+
     from trl_multiagent.demo.models import HUB_ID, MARKER, default_model_dir
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the default cache, also searched, holds nothing
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub_cache"))  # nor does the Hub's cache
     monkeypatch.setenv(ev.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     prepared = default_model_dir()
     prepared.mkdir()
-    assert ev.resolve_base(HUB_ID, "agent_0") == HUB_ID  # no marker yet: an incomplete folder is not used
+    with pytest.raises(ev.EvaluationError, match="HF_HUB_OFFLINE is set"):  # no marker yet: an incomplete folder
+        ev.resolve_base(HUB_ID, "agent_0")
     (prepared / MARKER).write_text(json.dumps({"hub_id": HUB_ID}))
     assert ev.resolve_base(HUB_ID, "agent_0") == str(prepared) == str(tmp_path / "SmolLM2-135M-Instruct")
-    assert ev.resolve_base("someone/SmolLM2-135M-Instruct", "agent_0") == "someone/SmolLM2-135M-Instruct"
+    with pytest.raises(ev.EvaluationError, match="someone/SmolLM2-135M-Instruct"):  # not that id's copy
+        ev.resolve_base("someone/SmolLM2-135M-Instruct", "agent_0")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "model_info", lambda self, repo_id, **kwargs: None)  # the Hub answers
+    assert ev.resolve_base(HUB_ID, "agent_0") == HUB_ID
 
 
 @pytest.mark.slow
 def test_the_command_on_the_embedded_model(tmp_path):
     """The main job's path: a shared-base LoRA team on the embedded SmolLM2-135M-Instruct, saved as the recipe saves
-    it (its adapters record the Hub id as their base), evaluated on the task file the recipe writes. Untrained (zero
+    it (its adapters record, as PEFT writes, the prepared folder as their base), evaluated on the task file the recipe
+    writes. Untrained (zero
     LoRA updates), small settings: about a minute on 2 CPU cores."""
     from peft import LoraConfig
 
     from trl_multiagent.demo.examples import HELD_OUT_PROMPTS, PROMPTS, as_user_message, chat_length_feedback
-    from trl_multiagent.demo.models import HUB_ID, default_model_dir, is_prepared
+    from trl_multiagent.demo.models import default_model_dir, is_prepared
 
     if not is_prepared(default_model_dir()):
         pytest.skip("the embedded model is not prepared (python -m trl_multiagent.models)")
@@ -508,10 +520,9 @@ def test_the_command_on_the_embedded_model(tmp_path):
         tmp_path / "out", reward=f"{EXAMPLES}:length_ratio_reward", transition=f"{EXAMPLES}:chat_length_feedback",
         prompts=f"{EXAMPLES}:HELD_OUT_PROMPTS", prompt_format="chat",
     )  # fmt: skip
-    assert (
-        json.loads((tmp_path / "out" / "agent_0" / "adapter_config.json").read_text())["base_model_name_or_path"]
-        == HUB_ID
-    )
+    assert json.loads((tmp_path / "out" / "agent_0" / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ] == str(default_model_dir())
     command = [
         sys.executable, "-m", "trl_multiagent.evaluation", str(tmp_path / "out"), "--num_generations", "2",
         "--max_new_tokens", "8", "--batch_size", "8", "--no_progress",

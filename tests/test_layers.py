@@ -12,7 +12,8 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
 # Bottom to top; a module belongs to the longest prefix listed. `demo` and the two command shims sit outside.
 FLOORS = [
-    ["devices", "timing", "flags", "model_card", "prepared_models", "callables", "generation.output", "keywords"]
+    ["devices", "timing", "flags", "model_card", "prepared_models", "embedded_model", "callables", "generation.output"]
+    + ["keywords"]
     + ["trl_release"]
     + ["comlrl.names"]  # the CoMLRL names the TRL face refuses, read only to say what they are in TRL's terms
     + ["credit", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole

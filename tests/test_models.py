@@ -1,4 +1,5 @@
-"""The embedded default model (`trl_multiagent.demo.models`): failures name their step; the real preparation is `slow`."""
+"""The embedded default model (`trl_multiagent.embedded_model`, public as `trl_multiagent.demo.models`): failures name
+their step; the real preparation is `slow`."""
 
 import json
 import shutil
@@ -8,7 +9,8 @@ import zipfile
 
 import pytest
 
-from trl_multiagent.demo import models
+from trl_multiagent import embedded_model as models
+from trl_multiagent.prepared_models import CACHE_ENV
 
 
 @pytest.fixture
@@ -18,9 +20,9 @@ def no_installed_wheel(monkeypatch):
 
 
 def test_cache_dir_from_argument_env_and_default(tmp_path, monkeypatch):
-    monkeypatch.delenv(models.CACHE_ENV, raising=False)
+    monkeypatch.delenv(CACHE_ENV, raising=False)
     assert str(models.default_model_dir()).endswith(".cache/trl_multiagent/SmolLM2-135M-Instruct")
-    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "env"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env"))
     assert models.default_model_dir() == tmp_path / "env" / "SmolLM2-135M-Instruct"
     assert models.default_model_dir(tmp_path / "arg") == tmp_path / "arg" / "SmolLM2-135M-Instruct"
 
@@ -66,7 +68,7 @@ def test_prepare_default_model_is_idempotent_and_reloads(tmp_path_factory, monke
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cache = tmp_path_factory.mktemp("trl_multiagent_cache")
-    monkeypatch.setenv(models.CACHE_ENV, str(cache))
+    monkeypatch.setenv(CACHE_ENV, str(cache))
     path = models.prepare_default_model()
     assert path == str(cache / "SmolLM2-135M-Instruct")
     assert models.is_prepared(path)
@@ -126,24 +128,30 @@ def _save_lora_team(base: str, output_dir):
     return [json.loads((output_dir / f"agent_{i}" / "adapter_config.json").read_text()) for i in range(2)]
 
 
-def test_an_adapter_on_the_embedded_model_records_its_hub_id(tmp_path, tiny_model_dir):
+def test_an_adapter_on_the_embedded_model_records_its_folder_and_the_cards_say_what_it_is(tmp_path, tiny_model_dir):
+    """PEFT records the folder the base was read from (its file is left as it wrote it); the cards say what that
+    folder is: the embedded model's dequantised copy, not the Hub model (no `base_model`), and no path of this
+    machine."""
     prepared = tmp_path / models.MODEL_NAME
     shutil.copytree(tiny_model_dir, prepared)
-    (prepared / models.MARKER).write_text(json.dumps({"hub_id": models.HUB_ID}))  # `prepare_default_model` writes it
+    marker = {
+        "hub_id": models.HUB_ID,
+        "model": models.MODEL_NAME,
+        "gguf_file": models.GGUF_NAME,
+        "quantization": "Q4_1",
+    }
+    (prepared / models.MARKER).write_text(json.dumps(marker))  # `prepare_default_model` writes it
     adapters = _save_lora_team(str(prepared), tmp_path / "embedded")
-    assert [a["base_model_name_or_path"] for a in adapters] == [models.HUB_ID] * 2
-    for i in range(2):  # the card, not PEFT's boilerplate: the Hub id, no cache folder
-        card = (tmp_path / "embedded" / f"agent_{i}" / "README.md").read_text()
-        assert f"base_model: {models.HUB_ID}" in card and f"# Agent {i} of a 2-agent team" in card
-        assert "More Information Needed" not in card and str(tmp_path) not in card
-    # the card PEFT writes beside the agents' folders: the Hub id too, no cache folder
-    card = (tmp_path / "embedded" / "README.md").read_text()
-    assert f"base_model: {models.HUB_ID}" in card and f"base_model:adapter:{models.HUB_ID}" in card
-    assert str(tmp_path) not in card
-    # any other local folder stays as it was given
+    assert [a["base_model_name_or_path"] for a in adapters] == [str(prepared)] * 2
+    for card in [tmp_path / "embedded" / f"agent_{i}" / "README.md" for i in range(2)] + [
+        tmp_path / "embedded" / "README.md"
+    ]:
+        text = card.read_text()
+        assert "dequantised Q4_1 GGUF copy of SmolLM2-135M-Instruct" in text and "base_model:" not in text
+        assert "More Information Needed" not in text and str(tmp_path) not in text
+    # any other local folder stays as it was given, and the cards leave its path out
     adapters = _save_lora_team(tiny_model_dir, tmp_path / "other")
     assert [a["base_model_name_or_path"] for a in adapters] == [tiny_model_dir] * 2
-    card = (tmp_path / "other" / "agent_0" / "README.md").read_text()
-    assert "base_model:" not in card and tiny_model_dir not in card  # a local path means nothing elsewhere
-    card = (tmp_path / "other" / "README.md").read_text()
-    assert "base_model" not in card and tiny_model_dir not in card
+    for card in (tmp_path / "other" / "agent_0" / "README.md", tmp_path / "other" / "README.md"):
+        text = card.read_text()
+        assert "base_model:" not in text and tiny_model_dir not in text

@@ -1,4 +1,4 @@
-"""The README's quickstart runs as printed, on the embedded model, trimmed to 2 steps; its adapters are portable."""
+"""The README's quickstart runs as printed, on the embedded model, trimmed to 2 steps; its team folder says what it is."""
 
 import json
 import os
@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+
+from trl_multiagent.prepared_models import PREPARED_MODEL_MARKER as MARKER
 
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
@@ -45,6 +47,12 @@ def test_quickstart_runs_as_printed(tmp_path):
     assert sorted(p.name for p in output.iterdir() if p.name.startswith("checkpoint")) == []  # save_strategy="no"
     for agent in ("agent_0", "agent_1"):
         adapter = json.loads((output / agent / "adapter_config.json").read_text())
-        # portable: the base is the hub id, not this machine's cache folder
-        assert adapter["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+        # PEFT's record, as it wrote it: the prepared folder (the team card says what it is; `load_team` prepares it
+        # again where it is missing)
+        assert adapter["base_model_name_or_path"].endswith("SmolLM2-135M-Instruct")
+        assert os.path.isfile(os.path.join(adapter["base_model_name_or_path"], MARKER))
         assert adapter["r"] == 16
+    card = (output / "README.md").read_text()
+    assert (
+        "a 2-agent team trained with MAGRPO" in card and "dequantised Q4_1 GGUF copy of SmolLM2-135M-Instruct" in card
+    )

@@ -101,6 +101,7 @@ def test_the_package_names_load_on_first_use():
         "MAGRPOConfig",
         "MAGRPOTrainer",
         "joint",
+        "load_team",
         "per_agent",
         "per_joint_action",
     ]

@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these); at run time `__getattr__` imports them
     from .config import MAGRPOConfig
+    from .evaluation.saved_team import load_team
     from .rewards.wrappers import joint, per_agent, per_joint_action
     from .team.agent_team import AgentTeam
     from .trainer import MAGRPOTrainer
 
 
-__all__ = ["AgentTeam", "MAGRPOConfig", "MAGRPOTrainer", "joint", "per_agent", "per_joint_action"]
+__all__ = ["AgentTeam", "MAGRPOConfig", "MAGRPOTrainer", "joint", "load_team", "per_agent", "per_joint_action"]
 __version__ = "0.1.0"
 
 # Each public name's module, imported on first use (PEP 562): `python -m trl_multiagent.view` and the evaluation
@@ -21,6 +22,7 @@ _MODULES = {
     "MAGRPOConfig": ".config",
     "MAGRPOTrainer": ".trainer",
     "joint": ".rewards.wrappers",
+    "load_team": ".evaluation.saved_team",
     "per_agent": ".rewards.wrappers",
     "per_joint_action": ".rewards.wrappers",
 }

@@ -21,8 +21,8 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, load_sh
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
-from .model_card import write_agent_card
-from .prepared_models import prepared_hub_id
+from .model_card import BaseModel, CardAgent, team_card, write_agent_card
+from .prepared_models import prepared_description
 from .update.batching import EpochSeededSampler
 
 
@@ -207,11 +207,17 @@ def written_by_caller(model):
     if not hasattr(model, "should_save_on_this_rank") or getattr(model.config, "distributed_config", None):
         yield
         return
+    # No public way says "this process writes": `save_pretrained(is_main_process=True)` is and-ed with the global rank
+    # (a private method, kept by a contract test: tests/test_private_api_contract.py). The model's own attribute, if it
+    # set one, is put back as it was.
+    own = vars(model).get("should_save_on_this_rank")
     model.should_save_on_this_rank = lambda is_main_process: is_main_process
     try:
         yield
     finally:
         del model.should_save_on_this_rank
+        if own is not None:
+            model.should_save_on_this_rank = own
 
 
 def save_team(
@@ -219,10 +225,13 @@ def save_team(
 ) -> None:
     """Write each agent into its folder (`agent_dirs`: `agent_{i}/`, or for a team of one without `agent_folders`,
     `output_dir` itself): full weights, or its PEFT adapter alone (not the frozen reference copy of
-    `AgentTeam.copy_pretrained_adapters`); with its tokenizer.
+    `AgentTeam.copy_pretrained_adapters`); with its tokenizer, and an agent folder's card (`write_card`).
 
-    Full weights load with `AutoModelForCausalLM.from_pretrained(folder)`, adapters with
-    `AutoPeftModelForCausalLM.from_pretrained(folder)`. `state_dict` is the team's (gathered under ZeRO-3), or None.
+    `save_pretrained`'s files (`adapter_config.json`, the weights, the configs) are left as transformers and PEFT
+    wrote them; the folder's own card (`README.md` at the top, where PEFT writes one for a shared base) is the
+    trainer's (`MAGRPOTrainer.create_model_card`). Full weights load with `AutoModelForCausalLM.from_pretrained(folder)`,
+    adapters with `AutoPeftModelForCausalLM.from_pretrained(folder)`, the team with `trl_multiagent.load_team`.
+    `state_dict` is the team's (gathered under ZeRO-3), or None.
     """
     os.makedirs(output_dir, exist_ok=True)
     folders = agent_dirs(output_dir, team.num_agents, agent_folders)
@@ -237,37 +246,13 @@ def save_team(
             with written_by_caller(team.agent(i)):
                 team.agent(i).save_pretrained(folder, state_dict=agent_state_dict(state_dict, i), **adapter)
         tokenizers[i].save_pretrained(folder)
-        record_hub_base(folder)
-        write_card(team, i, folder, adapter=is_adapter(team, i))
-    if team.is_shared_base:
-        portable_folder_card(output_dir)
-
-
-def portable_folder_card(folder: str) -> None:
-    """PEFT writes a card into the folder it saves named adapters under (`folder/README.md`, beside `agent_i/`),
-    whose `base_model` is the folder the base was loaded from. As the agents' cards do (`write_agent_card`), it names
-    a prepared folder (the embedded model's) by its Hub id, and no other local folder: a path on this machine is no
-    base anyone else can find."""
-    from huggingface_hub import ModelCard
-
-    path = os.path.join(folder, "README.md")
-    if not os.path.isfile(path):
-        return
-    card = ModelCard.load(path)
-    base = card.data.base_model
-    if not isinstance(base, str) or not os.path.isdir(base):
-        return
-    hub = prepared_hub_id(base)
-    card.data.base_model = hub
-    tags = [tag for tag in card.data.tags or [] if not tag.endswith(f":{base}")]
-    card.data.tags = tags + ([f"base_model:adapter:{hub}"] if hub else [])
-    card.save(path)
+        if folder != output_dir:  # a team of one in the folder itself has the folder's card only
+            write_card(team, i, folder, adapter=is_adapter(team, i))
 
 
 def write_card(team, index: int, folder: str, adapter: bool) -> None:
-    """Agent `index`'s `README.md` (`model_card`), naming its base by Hub id when it has one."""
-    base = base_model_path(team.agent(index))
-    write_agent_card(folder, index, team.num_agents, prepared_hub_id(base) or base, adapter)
+    """Agent `index`'s `README.md` (`model_card.agent_card`), naming its base (`base_model`)."""
+    write_agent_card(folder, index, team.num_agents, base_model(team.agent(index)), adapter)
 
 
 def is_adapter(team, index: int) -> bool:
@@ -280,20 +265,16 @@ def base_model_path(module) -> str | None:
     return getattr(config, "_name_or_path", None) or None
 
 
-def record_hub_base(folder: str) -> None:
-    """An adapter on a prepared model folder (`prepared_models`: the embedded model's) records the folder's Hub id as
-    its base, not this machine's cache folder, so that `PeftModel.from_pretrained` finds the base anywhere. Written
-    into the saved `adapter_config.json`, after PEFT saved it: PEFT would look the Hub id up while saving."""
-    path = os.path.join(folder, "adapter_config.json")
-    if not os.path.isfile(path):
-        return
-    with open(path) as file:
-        config = json.load(file)
-    hub = prepared_hub_id(config.get("base_model_name_or_path"))
-    if hub is not None:
-        config["base_model_name_or_path"] = hub
-        with open(path, "w") as file:
-            json.dump(config, file, indent=2, sort_keys=True)
+def base_model(module) -> BaseModel:
+    """What an agent was trained from, for its card: a Hub id, a prepared copy (`prepared_models`: described, as it is
+    not the Hub model it copies), or a local folder (None: a path on this machine means nothing elsewhere)."""
+    path = base_model_path(module)
+    described = prepared_description(path)
+    if described is not None:
+        return BaseModel(None, described)
+    if path is None or os.path.isdir(path):
+        return BaseModel(None, None)
+    return BaseModel(path, None)
 
 
 def save_merged_team(team, tokenizers: list, output_dir: str, agent_folders: bool = True) -> None:
@@ -305,16 +286,32 @@ def save_merged_team(team, tokenizers: list, output_dir: str, agent_folders: boo
             module = copy.deepcopy(module).merge_and_unload(adapter_names=[team.adapter_name(i)])
         module.save_pretrained(folder)
         tokenizers[i].save_pretrained(folder)
-        write_card(team, i, folder, adapter=False)
+        if folder != output_dir:
+            write_card(team, i, folder, adapter=False)
 
 
-def load_team(team, folder: str) -> None:
+def load_team_weights(team, folder: str) -> None:
     """Read back what `save_team` wrote into `folder` (a checkpoint), agent by agent, in either layout."""
     for i, source in enumerate(saved_agent_dirs(folder, team.num_agents)):
         if is_adapter(team, i):
             load_adapter_weights(team.agent(i), source, team.adapter_name(i))
         else:
             load_agent_weights(team.agent(i), source)
+
+
+def framework_versions(adapter: bool) -> dict[str, str]:
+    """The versions a team card lists (TRL's card lists its own and its dependencies'; here also PEFT's for adapters
+    and this package's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ["trl_multiagent", "trl", "transformers", "torch"] + (["peft"] if adapter else [])
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name.replace("_", "-"))
+        except PackageNotFoundError:
+            continue
+    return found
 
 
 def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, best_model_checkpoint) -> None:
@@ -333,8 +330,8 @@ class TeamCheckpointing:
     """The Trainer's saving and resuming hooks, for a team (mixed into `MAGRPOTrainer`, before `GRPOTrainer`).
 
     Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint`, `train` (which also arranges the release of the
-    process groups at exit) and `_get_train_sampler` (each epoch's order seeded by the epoch), and adds
-    `save_merged_model`.
+    process groups at exit), `_get_train_sampler` (each epoch's order seeded by the epoch) and `create_model_card` (the
+    team's card), and adds `save_merged_model`.
     """
 
     # Where a team of one is saved (`save_model` and every checkpoint): False, as GRPOTrainer saves its model, into the
@@ -351,6 +348,53 @@ class TeamCheckpointing:
                 state_dict = {f"agents.0.{key}": value for key, value in state_dict.items()}
             save_team(self.team, self.tokenizers, output_dir, state_dict, self.one_agent_in_agent_folder)
             torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+            self.create_model_card(folder=output_dir)
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+        *,
+        folder: str | None = None,
+        merged: bool = False,
+    ) -> None:
+        """TRL's, for a team: writes the team's card (`model_card.team_card`) as `folder/README.md` (`output_dir` by
+        default, where TRL writes its card): the agents and their folders, their bases, whether adapters, the
+        rewards and turns, and how to load each agent and the team (`trl_multiagent.load_team`). `_save` writes it
+        into every folder it saves the team in, over the card PEFT writes there for a shared base. `merged`: the
+        agents as `save_merged_model` writes them (full weights). Written by each process that saves (`should_save`),
+        which with `save_on_each_node` is one per node."""
+        if not self.args.should_save:
+            return
+        folder = folder if folder is not None else self.args.output_dir
+        if model_name is None:
+            hub_id, run = self.args.hub_model_id, os.path.basename(os.path.normpath(self.args.output_dir))
+            model_name = hub_id.split("/")[-1] if hub_id else run
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        tags = list(dict.fromkeys(["generated_from_trainer", *self._tag_names, *tags]))
+        team = self.team
+        agents = [
+            CardAgent(
+                os.path.relpath(path, folder),
+                base_model(team.agent(i)),
+                adapter=is_adapter(team, i) and not merged,
+            )
+            for i, path in enumerate(agent_dirs(folder, team.num_agents, self.one_agent_in_agent_folder))
+        ]
+        card = team_card(
+            model_name,
+            agents,
+            shared_base=team.is_shared_base and not merged,
+            reward_names=self.task.joint_reward.names,
+            num_turns=self.args.num_turns,
+            tags=tags,
+            dataset_name=dataset_name,
+            versions=framework_versions(any(a.adapter for a in agents)),
+        )
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "README.md"), "w") as file:
+            file.write(card)
 
     def save_merged_model(self, output_dir: str) -> None:
         """Write each agent, where `save_model` would, as full weights: its adapter merged into (a copy of) its base.
@@ -358,6 +402,7 @@ class TeamCheckpointing:
         For adapter agents (`peft_config`); full-model agents are saved as they are. Not under ZeRO-3.
         """
         save_merged_team(self.team, self.tokenizers, output_dir, self.one_agent_in_agent_folder)
+        self.create_model_card(folder=output_dir, merged=True)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
@@ -399,7 +444,7 @@ class TeamCheckpointing:
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`), and each agent's
         adaptive entropy coefficient where the checkpoint has them."""
-        load_team(self.team, resume_from_checkpoint)
+        load_team_weights(self.team, resume_from_checkpoint)
         path, control = (
             os.path.join(resume_from_checkpoint, ENTROPY_STATE_NAME),
             getattr(self, "entropy_control", None),

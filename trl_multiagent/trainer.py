@@ -59,6 +59,9 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
       into the folder itself as GRPOTrainer (the class attribute `one_agent_in_agent_folder = True` keeps `agent_0/`,
       CoMLRL's layout); `_load_from_checkpoint` reads either layout back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
       `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
+      `create_model_card` writes the team's card (`model_card.team_card`: the agents and their folders, bases, adapters,
+      rewards, turns, and how to load them, `trl_multiagent.load_team` for the team) where TRL writes its card and in
+      every folder `_save` writes the team into; PEFT's and transformers' files are left as they wrote them;
     - `train`, `evaluate` and `_remove_unused_columns` (`environment_lifecycle`): the environments' instances are
       closed at the end, and every dataset column is kept for them;
 

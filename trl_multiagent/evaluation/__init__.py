@@ -13,9 +13,12 @@ What it does (`evaluate_team`, which the command calls):
   adapters (`adapter_config.json`). Adapters on one base (the shared-base LoRA team of the main job) are loaded as the
   trainer builds that team: the base once (`model=base, peft_config=...`), then each agent's adapter into its seat
   (`checkpoint.load_adapter_weights`). Adapters on different bases are loaded one base per agent. Each agent's
-  tokenizer comes from its folder (else from the base). An adapter whose recorded base is the embedded model's Hub id
-  (`HuggingFaceTB/SmolLM2-135M-Instruct`) loads on the prepared folder (`~/.cache/trl_multiagent/...`,
-  `$TRL_MULTIAGENT_CACHE`) when the Hub id is not a folder here; `--base_model` names another base.
+  tokenizer comes from its folder (else from the base). As `trl_multiagent.load_team` loads them (the same
+  `find_team`): an adapter whose recorded base folder is missing here and is the embedded model's prepared copy
+  loads on the copy prepared here (`embedded_model.prepare_again`); one whose base is a Hub id the Hub cannot serve
+  (`HF_HUB_OFFLINE`, no connection) loads on that id's prepared copy (`~/.cache/trl_multiagent/...`,
+  `$TRL_MULTIAGENT_CACHE`), said at WARNING as the dequantised copy it is, or stops naming the id;
+  `--base_model` names another base.
 * **The rollout.** The training rollout itself: a `MAGRPOTrainer` built with those agents and the task's reward and
   transition, put in eval mode (`trainer.model.eval()`), whose public `trainer.rollout(rows, K)` grows one tree per
   held-out prompt. No log-prob pass, optimizer step or weight change runs. Sampled

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prepared_models import prepared_hub_id
 from .errors import EvaluationError
 
 
@@ -196,8 +195,9 @@ def write_task_file(
 ) -> str:
     """Write `folder/evaluation_task.json`, the task `python -m trl_multiagent.evaluation folder` evaluates on without
     task flags: `reward` and `transition` as `module:function`, `prompts` as `module:attribute` or a `.jsonl` path
-    (relative to `folder`), and `initial_models`, the model each agent's training started from (a Hub id or folder;
-    a prepared folder of the embedded model is recorded as its Hub id), for the untrained row of a full-weight team.
+    (relative to `folder`), and `initial_models`, the model each agent's training started from (a Hub id or folder,
+    as given: a prepared folder of the embedded model is not its Hub model, and is prepared again where it is
+    missing, `saved_team.resolve_base`), for the untrained row of a full-weight team.
     A training script calls it next to `trainer.save_model(folder)`; returns the path."""
     for key, value in (("reward", reward), ("transition", transition), ("prompts", prompts)):
         valid = _is_spec(value) or (key == "transition" and value is None)
@@ -216,7 +216,7 @@ def write_task_file(
             raise ValueError(
                 f"write_task_file: initial_models must be a list of model ids or folders, got {initial_models!r}."
             )
-        task["initial_models"] = [prepared_hub_id(m) or m for m in initial_models]
+        task["initial_models"] = list(initial_models)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, TASK_FILE)
     with open(path, "w") as file:

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.utils import is_peft_available, logging
 
+from ..prepared_models import resolve_model_id
 from ..trl_release import require_fused_head_kernels
 from .agent_team import AgentTeam
 from .reference_sync import reference_sync
@@ -84,6 +85,17 @@ def plan_team(model, num_agents, tokenizer, peft_config, trainable_agents, confi
         shared_base=shared_base,
         trainable=trainable,
     )
+
+
+def resolve_model_ids(plan: TeamPlan) -> None:
+    """Each model id of the plan as it will load (`prepared_models.resolve_model_id`: a Hub id the Hub cannot serve
+    here loads from its prepared copy, said once at WARNING, or fails at once naming the id), each id resolved once."""
+    resolved = {}
+    for i, (spec, label) in enumerate(zip(plan.specs, plan.labels, strict=True)):
+        if isinstance(spec, str):
+            if spec not in resolved:
+                resolved[spec] = resolve_model_id(spec, f"MAGRPOTrainer: {label}")
+            plan.specs[i] = resolved[spec]
 
 
 def load_tokenizers(plan: TeamPlan, trust_remote_code: bool = False) -> list:
