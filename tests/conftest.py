@@ -50,6 +50,10 @@ def bubblewrap(request):
 skipped_browser_tests = []  # the reason, once per skipped test
 
 
+# CoMLRL's examples and docs (tests/test_comlrl_examples.py) skip without CoMLRL's sdist; why, once, at the run's end.
+skipped_comlrl_examples = []  # the reason, once per skipped test
+
+
 def pytest_terminal_summary(terminalreporter):
     if skipped_sandbox_tests:
         terminalreporter.write_line(
@@ -60,6 +64,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"{len(skipped_browser_tests)} browser tests skipped: {skipped_browser_tests[0]} (TRL_MULTIAGENT_REQUIRE_"
             "BROWSER_TESTS=1 makes that an error)."
+        )
+    if skipped_comlrl_examples:
+        terminalreporter.write_line(
+            f"{len(skipped_comlrl_examples)} CoMLRL example/docs cases skipped: {skipped_comlrl_examples[0]}"
         )
 
 
