@@ -51,7 +51,7 @@ skipped_browser_tests = []  # the reason, once per skipped test
 
 
 # CoMLRL's examples and docs (tests/test_comlrl_examples.py) skip without CoMLRL's sdist; why, once, at the run's end.
-skipped_comlrl_examples = []  # the reason, once per skipped test
+skipped_comlrl_examples = []  # the reason (the fixture that skips them is made once)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -67,7 +67,7 @@ def pytest_terminal_summary(terminalreporter):
         )
     if skipped_comlrl_examples:
         terminalreporter.write_line(
-            f"{len(skipped_comlrl_examples)} CoMLRL example/docs cases skipped: {skipped_comlrl_examples[0]}"
+            f"CoMLRL's examples and docs (tests/test_comlrl_examples.py) skipped: {skipped_comlrl_examples[0]}"
         )
 
 
