@@ -41,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trl_multiagent.demo.contract import say
+
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -250,7 +252,9 @@ ARGUMENTS = {
     "examples/leetcode-func-print.py": TINY_ARGS,
     "examples/tldr-len-ratio.py": [*TINY_ARGS, "--dataset-size", "2", "--max-new-tokens", "8"],
 }
-ARGUMENTS_WHY = "the script's own flags: 1 epoch (tldr: 2 rows, 8 new tokens); its --model-name default is edited (model)"
+ARGUMENTS_WHY = (
+    "the script's own flags: 1 epoch (tldr: 2 rows, 8 new tokens); its --model-name default is edited (model)"
+)
 
 # The environment of every case: offline, W&B off, one thread; this checkout's trl_multiagent.
 ENVIRONMENT = {
@@ -320,11 +324,10 @@ TUTORIAL_PAGES = (  # each section needs every earlier one (the page is one scri
 INITIALIZATION = ("task-sets", "prompts-from-tasks", "rule-based-rewards")
 SECTIONS = {
     "docs/user-guide/training-entities.md#homogeneous-agents": Section(
-        context=ENTITIES_CONTEXT, why="the page's blocks use MAGRPOTrainer, reward_func and train_dataset it never defines"
+        context=ENTITIES_CONTEXT,
+        why="the page's blocks use MAGRPOTrainer, reward_func and train_dataset it never defines",
     ),
-    "docs/user-guide/training-entities.md#heterogeneous-agents": Section(
-        context=ENTITIES_CONTEXT, why="as above"
-    ),
+    "docs/user-guide/training-entities.md#heterogeneous-agents": Section(context=ENTITIES_CONTEXT, why="as above"),
     "docs/user-guide/training-entities.md#centralized-critic": Section(
         context=ENTITIES_CONTEXT
         + "from transformers import AutoTokenizer\nfrom comlrl.trainers.actor_critic import MAACConfig, MAACTrainer\n",
@@ -562,8 +565,9 @@ def edited_script(case: Case, models: dict[str, str]) -> tuple[str, set[int]]:
         for number, edit in enumerate(EDITS):
             if not applies(edit, case.id):
                 continue
-            replacement = re.sub(r"\{model:([\w-]+)\}", lambda m: repr(models[m.group(1)]).replace("\\", "\\\\"),
-                                 edit.replacement)
+            replacement = re.sub(
+                r"\{model:([\w-]+)\}", lambda m: repr(models[m.group(1)]).replace("\\", "\\\\"), edit.replacement
+            )
             line, count = re.subn(edit.pattern, replacement, line)
             if count:
                 made[number] = made.get(number, 0) + count
@@ -701,7 +705,11 @@ def read_case_list(path: Path = CASES_FILE) -> dict[str, bool]:
 def verdict(result: Result, expected: Expected | None) -> str:
     """'' when the outcome is the expected one, else what differs."""
     if expected is None:
-        return "" if result.outcome == "passed" else f"expected to pass; {result.outcome} in {result.block}: {result.error}"
+        return (
+            ""
+            if result.outcome == "passed"
+            else f"expected to pass; {result.outcome} in {result.block}: {result.error}"
+        )
     if result.outcome == "passed":
         return f"listed as failing ({expected.reason}) but passed: remove it from {EXPECTED_FILE.name}"
     if result.outcome != "failed" or result.block != expected.block or expected.error not in result.error:
@@ -719,8 +727,11 @@ def verdict(result: Result, expected: Expected | None) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="run_comlrl_examples.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sdist", type=Path, help=f"CoMLRL's sdist or its folder (default ${SDIST_ENV}, else "
-                        f"{DEFAULT_SDIST}, downloaded when missing)")
+    parser.add_argument(
+        "--sdist",
+        type=Path,
+        help=f"CoMLRL's sdist or its folder (default ${SDIST_ENV}, else {DEFAULT_SDIST}, downloaded when missing)",
+    )
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
     parser.add_argument("--subset", choices=("all", "ci"), default="all", help="ci: the cases marked ci in cases.txt")
     parser.add_argument("-k", dest="match", help="only the cases whose id contains this text")
@@ -731,24 +742,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--show", metavar="CASE", help="print a case's edited script, and exit")
     args = parser.parse_args(argv)
     if args.list_edits:
-        print("\n".join(f"{n}. {line}" for n, line in enumerate(edits_in_words(), 1)))
+        say("\n".join(f"{n}. {line}" for n, line in enumerate(edits_in_words(), 1)))
         return 0
     workdir = args.workdir.resolve()
     root = unpacked_sdist(sdist_source(args.sdist), workdir)
     cases, not_run = collect(root)
     if args.list:
         for case in cases:
-            print(case.id)
+            say(case.id)
         for page, block in not_run:
-            print(f"not run: {page}#{block.section} block {block.number} ({block.language}, line {block.line})")
+            say(f"not run: {page}#{block.section} block {block.number} ({block.language}, line {block.line})")
         return 0
     models = tiny_models(workdir)
     if args.show:
         chosen = [case for case in cases if case.id == args.show]
         if not chosen:
             raise HarnessError(f"--show: no case {args.show!r} (--list lists them)")
-        print(edited_script(chosen[0], models)[0], end="")
-        print(f"# arguments: {case_arguments(chosen[0], models)}")
+        say(edited_script(chosen[0], models)[0] + f"# arguments: {case_arguments(chosen[0], models)}")
         return 0
     expected = load_expected()
     listed = read_case_list()
@@ -763,9 +773,9 @@ def main(argv: list[str]) -> int:
             shown = f"{result.outcome:7} {result.seconds:6.1f}s  {result.id}"
             if result.outcome != "passed":
                 shown += f"  [{result.block}] {result.error[:160]}"
-            print(shown + (f"\n    UNEXPECTED: {problem}" if problem else ""), flush=True)
+            say(shown + (f"\n    UNEXPECTED: {problem}" if problem else ""))
     passed = sum(r.outcome == "passed" for r in results)
-    print(
+    say(
         f"\n{len(results)} cases: {passed} passed, {len(results) - passed} failed ({wrong} not as expected); "
         f"{len(not_run)} blocks of the pages not run (non-Python or fragments: --list)"
     )
