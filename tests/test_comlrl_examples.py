@@ -56,3 +56,18 @@ def test_case_outcome(comlrl_examples, case_id):
     problem = harness.verdict(result, EXPECTED.get(case_id))
     stderr = open(f"{result.folder}/stderr.log").read()[-3000:]
     assert not problem, f"{problem}\n(the case's folder: {result.folder})\n{stderr}"
+
+
+def test_an_outcome_is_the_expected_one_only_where_and_how_listed():
+    listed = harness.Expected("#setup.1", "NotProvidedError: read_checkpoint_metadata", "[pending-evalckpt] why")
+
+    def result(outcome, block="#setup.1", error="x.NotProvidedError: read_checkpoint_metadata (CoMLRL ...)"):
+        return harness.Result("case", outcome, block, error if outcome != "passed" else "", 1.0, "folder")
+
+    assert harness.verdict(result("passed"), None) == ""
+    assert harness.verdict(result("failed"), listed) == ""
+    assert "expected to pass" in harness.verdict(result("failed"), None)
+    assert "but passed" in harness.verdict(result("passed"), listed)
+    assert "listed as failing in #setup.1" in harness.verdict(result("failed", block="#setup.2"), listed)
+    assert "listed as failing" in harness.verdict(result("failed", error="TypeError: other"), listed)
+    assert "listed as failing" in harness.verdict(result("timeout"), listed)
