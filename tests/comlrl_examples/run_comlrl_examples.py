@@ -325,9 +325,16 @@ INITIALIZATION = ("task-sets", "prompts-from-tasks", "rule-based-rewards")
 SECTIONS = {
     "docs/user-guide/training-entities.md#homogeneous-agents": Section(
         context=ENTITIES_CONTEXT,
-        why="the page's blocks use MAGRPOTrainer, reward_func and train_dataset it never defines",
+        epilogue="assert trainer.num_agents == 3 and len(trainer.agents) == 3, trainer.agents\n",
+        why="the page's blocks use MAGRPOTrainer, reward_func and train_dataset it never defines; the epilogue checks "
+        "the page's 'three agents' (CoMLRL's public trainer.agents)",
     ),
-    "docs/user-guide/training-entities.md#heterogeneous-agents": Section(context=ENTITIES_CONTEXT, why="as above"),
+    "docs/user-guide/training-entities.md#heterogeneous-agents": Section(
+        context=ENTITIES_CONTEXT,
+        epilogue='assert [type(a).__name__ for a in trainer.agents] == ["LlamaForCausalLM", "Qwen2ForCausalLM"]\n',
+        why="as above; the epilogue checks that the two ids gave two different models, in order (tiny-llama, "
+        "tiny-qwen2)",
+    ),
     "docs/user-guide/training-entities.md#centralized-critic": Section(
         context=ENTITIES_CONTEXT
         + "from transformers import AutoTokenizer\nfrom comlrl.trainers.actor_critic import MAACConfig, MAACTrainer\n",
