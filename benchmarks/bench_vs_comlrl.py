@@ -202,7 +202,9 @@ def print_report(spec: dict, results: dict, model_desc: str, skipped_note: str |
         ("ours", "comlrl"),
         ("ours_vllm", "comlrl"),
         ("ours_vllm", "ours"),
+        ("ours+reuse", "ours"),
         *(("ours", b) for b in baselines),
+        *(("ours+reuse", b) for b in baselines),
     ):
         if num not in results or den not in results:
             continue
@@ -279,6 +281,9 @@ def main() -> None:
     parser.add_argument("--defaults", action="store_true",
                         help="ours with MAGRPOConfig's defaults, except the fields that define the task")  # fmt: skip
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--reuse_freed_memory", action="store_true",
+                        help="also run ours with the opt-in allocator setting, trl_multiagent.devices."
+                        "reuse_freed_memory(), called first in its process (ours+reuse)")  # fmt: skip
     parser.add_argument("--baseline", default=None,
                         help="a git revision: also run ours from that revision's source, interleaved (ours@REV)")  # fmt: skip
     cli = parser.parse_args()
@@ -325,21 +330,25 @@ def main() -> None:
             "temperature": 1.0,
             "top_p": 1.0,
         }
-        # each side: (worker, python, script, the source its trl_multiagent is imported from)
+        # each side: (worker, python, script, the source its trl_multiagent is imported from, its spec)
         sides = {
-            t: (t, cli.comlrl_python if t == "comlrl" else sys.executable, os.path.join(HERE, WORKER_SCRIPTS[t]), REPO)
+            t: (t, cli.comlrl_python if t == "comlrl" else sys.executable, os.path.join(HERE, WORKER_SCRIPTS[t]), REPO,
+                spec)
             for t in trainers
-        }
+        }  # fmt: skip
+        if cli.reuse_freed_memory:
+            sides["ours+reuse"] = ("ours", sys.executable, os.path.join(HERE, WORKER_SCRIPTS["ours"]), REPO,
+                                   {**spec, "reuse_freed_memory": True})  # fmt: skip
         if cli.baseline:  # the same worker and task, on the baseline's package (and its worker script)
             source = export_revision(cli.baseline, os.path.join(workdir, "baseline"))
             script = os.path.join(source, "benchmarks", WORKER_SCRIPTS["ours"])
-            sides[f"ours@{cli.baseline}"] = ("ours", sys.executable, script, source)
+            sides[f"ours@{cli.baseline}"] = ("ours", sys.executable, script, source, spec)
         runs = {side: [] for side in sides}
         load_before = load_average()
         for repeat in range(cli.repeats):
-            for side, (worker, python, script, source) in sides.items():  # interleaved: load from elsewhere hits all
+            for side, (worker, python, script, source, side_spec) in sides.items():  # interleaved: load hits all
                 print(f"running {side} ({python}), run {repeat + 1}/{cli.repeats} ...", flush=True)
-                r = run_in_subprocess(worker, spec, python, script, source)
+                r = run_in_subprocess(worker, side_spec, python, script, source)
                 runs[side].append(r)
                 print(f"  {side}: {r['wall_s']:.2f} s, {r['joint_answers']} joint answers, "
                       f"{r['generated_tokens']} generated tokens", flush=True)  # fmt: skip

@@ -201,6 +201,10 @@ def prepare(spec: dict) -> Setup:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if spec.get("reuse_freed_memory"):  # the opt-in allocator setting, before the run allocates anything large
+        from trl_multiagent.devices import reuse_freed_memory
+
+        reuse_freed_memory()
     import_common_modules()
     torch.set_num_threads(spec["threads"])
     baseline_mb = rss_mb()
@@ -236,7 +240,7 @@ def train_measured(setup: Setup, trainer, trainer_name: str, version: str, setti
     setup_s = time.perf_counter() - setup.start
     built_mb = current_rss_mb()
 
-    counters.reset()  # ours calls the reward once with placeholders when it is built; only training counts
+    counters.reset()  # only training counts (a build with check_functions_before_training=True calls the reward)
     start = time.perf_counter()
     trainer.train()
     counters.sync()

@@ -60,8 +60,8 @@ from transformers import AutoTokenizer
 from trl import ModelConfig
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.demo.plot import last_logged
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 

@@ -66,7 +66,6 @@ from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.examples import (
     PROMPTS,
@@ -78,6 +77,7 @@ from trl_multiagent.demo.examples import (
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.samples import SampleAnswers
 from trl_multiagent.demo.summary import summary_lines
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.evaluation import write_task_file
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config

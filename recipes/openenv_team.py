@@ -41,11 +41,11 @@ from datasets import Dataset
 from trl import ModelConfig
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.plot import run_report
 from trl_multiagent.demo.samples import SampleAnswers
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.environments.openenv import OpenEnvWorld
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config

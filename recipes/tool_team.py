@@ -44,11 +44,11 @@ from trl import ModelConfig
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer
-from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.config import ACTIVATION_CHECKPOINTING
 from trl_multiagent.demo.models import prepare_default_model
 from trl_multiagent.demo.plot import run_report
 from trl_multiagent.demo.samples import SampleAnswers
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.flags import FlagParser
 from trl_multiagent.team.model_config import team_from_model_config
 

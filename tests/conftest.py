@@ -2,6 +2,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import sys
 import threading
 
 import pytest
@@ -53,6 +54,12 @@ skipped_browser_tests = []  # the reason, once per skipped test
 # CoMLRL's examples and docs (tests/test_comlrl_examples.py) skip without CoMLRL's sdist; why, once, at the run's end.
 skipped_comlrl_examples = []  # the reason (the fixture that skips them is made once)
 
+# The slow run of TRL's own test file (tests/test_trl_contract.py) skips where those files are not found; why, at the end.
+skipped_trl_contract_tests = []  # the reason, once per skipped test
+
+# TRL-like test files that tests/test_trl_contract.py hands to the harness, not tests of this suite.
+collect_ignore = ["trl_contract/synthetic_trl_tests"]
+
 
 def pytest_terminal_summary(terminalreporter):
     if skipped_sandbox_tests:
@@ -68,6 +75,10 @@ def pytest_terminal_summary(terminalreporter):
     if skipped_comlrl_examples:
         terminalreporter.write_line(
             f"CoMLRL's examples and docs (tests/test_comlrl_examples.py) skipped: {skipped_comlrl_examples[0]}"
+        )
+    if skipped_trl_contract_tests:
+        terminalreporter.write_line(
+            f"{len(skipped_trl_contract_tests)} TRL contract test(s) skipped: {skipped_trl_contract_tests[0]}."
         )
 
 
@@ -151,3 +162,13 @@ def under_event_loop(loop: str, target):
     if "error" in out:
         raise out["error"]
     return out["value"]
+
+
+@pytest.fixture(autouse=True)
+def no_wandb_run_left_open():
+    """A wandb run a test opened (the CoMLRL face opens one when built with `wandb_config`, as CoMLRL does) ends with
+    the test, so that the next test's `wandb.init` opens its own instead of getting this one back."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()

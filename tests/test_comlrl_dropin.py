@@ -102,7 +102,7 @@ def test_comlrl_script_trains_and_evaluates(tmp_path, tokenizer, tiny_model_dir)
         external_transition=length_feedback, args=comlrl_config(tmp_path),
     )  # fmt: skip
     assert trainer.num_agents == 2 and len(trainer.task.formatters) == 2
-    assert len(trainer.eval_dataset) == 2  # eval_num_samples
+    assert len(trainer.eval_dataset) == 4  # kept whole: each evaluation takes its first eval_num_samples=2 rows
     trainer.train()
     logs = [h for h in trainer.state.log_history if "turn_1/reward_mean" in h]
     evals = [h for h in trainer.state.log_history if "eval_turn_1/reward_mean" in h]
@@ -147,11 +147,14 @@ def test_wandb_config_reaches_a_real_wandb_run(tmp_path, tokenizer, tiny_model_d
     )  # fmt: skip
     assert "wandb" in trainer.args.report_to and trainer.args.run_name == "run-a"
     assert "wandb" not in args.report_to and args.run_name != "run-a"  # the caller's config is left as it was
-    assert os.environ["WANDB_PROJECT"] == "comlrl-dropin" and os.environ["WANDB_TAGS"] == "t"
-    trainer.train()
     import wandb
 
-    wandb.finish()
+    try:  # the run CoMLRL opens when built, with wandb_config's settings (the environment left as it was)
+        assert "WANDB_PROJECT" not in os.environ and "WANDB_TAGS" not in os.environ
+        assert wandb.run.project == "comlrl-dropin" and list(wandb.run.tags) == ["t"]
+        trainer.train()
+    finally:
+        wandb.finish()
     runs = glob.glob(os.path.join(str(tmp_path), "wandb", "offline-run-*"))
     assert len(runs) == 1
     assert any(f.endswith(".wandb") for f in os.listdir(runs[0]))
@@ -304,20 +307,32 @@ def test_model_config_special_tokens_are_added_and_every_agent_resized(tmp_path,
         assert trainer.team.agent(i).get_input_embeddings().weight.shape[0] == 402
 
 
-def test_wandb_config_keys_comlrl_accepts_are_accepted(tmp_path, tokenizer, tiny_model_dir, monkeypatch):
-    for variable in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_MODE", "WANDB_RUN_ID"):
-        monkeypatch.setenv(variable, "")
+def test_wandb_config_opens_the_run_when_built_as_comlrl_and_leaves_the_environment(
+    tmp_path, tokenizer, tiny_model_dir, monkeypatch
+):
+    import wandb
+
+    for variable in [name for name in os.environ if name.startswith("WANDB_")]:
         monkeypatch.delenv(variable)
-    trainer = MAGRPOTrainer(
-        agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
-        reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback, dataset_type="tldr",
-        args=comlrl_config(tmp_path),
-        wandb_config={"project": "p", "entity": None, "name": "n", "dir": str(tmp_path), "mode": "offline", "id": "r1",
-                      "config_sections": {"dataset": {"name": "tldr", "type": "tldr"}, "output": {"verbose": False}}},
-    )  # fmt: skip
-    assert os.environ["WANDB_RUN_ID"] == "r1" and trainer.args.disable_tqdm and trainer.args.run_name == "n"
-    sections = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "WandbConfigSections"][0].sections
-    assert sections["dataset_name"] == "tldr" and sections["dataset_type"] == "tldr"
+    wandb_config = {"project": "p", "entity": None, "name": "n", "dir": str(tmp_path), "mode": "offline", "id": "r1",
+                    "tags": ["a", "b"], "config_sections": {"dataset": {"name": "tldr", "type": "tldr"},
+                                                            "output": {"verbose": False}}}  # fmt: skip
+    try:
+        trainer = MAGRPOTrainer(
+            agent_model=tiny_model_dir, tokenizer=tokenizer, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}),
+            reward_func=lambda a, b: [0.0] * len(a), external_transition=length_feedback, dataset_type="tldr",
+            args=comlrl_config(tmp_path), wandb_config=wandb_config,
+        )  # fmt: skip
+        # CoMLRL opens the run in its trainer's constructor; its settings reach wandb.init, not the environment (wandb
+        # notes its own service there, WANDB_SERVICE, as for any run)
+        assert [name for name in os.environ if name.startswith("WANDB_") and name != "WANDB_SERVICE"] == []
+        run = wandb.run
+        assert (run.id, run.name, run.project, list(run.tags)) == ("r1", "n", "p", ["a", "b"])
+        assert run.settings.mode == "offline" and str(tmp_path) in run.settings.wandb_dir
+        assert run.config["dataset_name"] == "tldr" and run.config["dataset_type"] == "tldr"
+        assert trainer.args.disable_tqdm and trainer.args.run_name == "n" and trainer.args.report_to == ["wandb"]
+    finally:
+        wandb.finish()
 
 
 def test_agent_model_beside_agents_naming_the_same_model_is_accepted(tmp_path, tokenizer, tiny_model_dir):

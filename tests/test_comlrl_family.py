@@ -82,8 +82,9 @@ MODULE_PATHS = {  # CoMLRL's module -> the names it exports that the face provid
         "CentralizedComparatorParseError",
         "TaggedCentralizedComparatorAdapter",
     ],
-    "utils": ["RewardProcessors"],
+    "utils": ["RewardProcessors", "read_checkpoint_metadata"],
     "utils.reward_processor": ["RewardProcessors"],
+    "utils.checkpoint": ["read_checkpoint_metadata"],
 }
 # What CoMLRL 1.4.3's packages export (their `__all__`; `comlrl.models`, which has none, what its `__init__` imports;
 # `comlrl.utils.checkpoint`, its public functions and classes); `test_matches_comlrl_installed` reads them again

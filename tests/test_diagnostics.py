@@ -1,6 +1,5 @@
 """Runs that cannot learn say so (`diagnostics`): real tiny-model runs, the WARNINGs read from the log."""
 
-
 from conftest import SEED_PROMPTS, length_feedback, length_ratio_reward
 from datasets import Dataset
 

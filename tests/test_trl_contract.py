@@ -15,14 +15,19 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import skipped_trl_contract_tests
 
 
 HARNESS = Path(__file__).parent / "trl_contract" / "run_trl_tests.py"
 CI_SUBSET = Path(__file__).parent / "trl_contract" / "ci_subset.txt"
-# TRL's test files, unmodified, beside the repo (shared/trl_tests/tests); TRL_CONTRACT_TESTS_DIR overrides.
+# TRL's test files, unmodified: TRL_CONTRACT_TESTS_DIR (a TRL checkout's tests/), else the folder CI has beside the
+# repo (shared/trl_tests/tests). TRL's PyPI sdist ships no tests, so a clone has neither: the slow run skips, named in
+# the run's last lines (conftest.py).
 TRL_TESTS = Path(
     os.environ.get("TRL_CONTRACT_TESTS_DIR", Path(__file__).resolve().parents[2] / "shared" / "trl_tests" / "tests")
 )
+# A stand-in for TRL's file and helpers, shipped here: the harness's own logic is tested on it on any clone.
+SYNTHETIC_TRL_TESTS = Path(__file__).parent / "trl_contract" / "synthetic_trl_tests"
 
 
 def stated_outcomes() -> dict[str, str]:
@@ -34,7 +39,9 @@ def stated_outcomes() -> dict[str, str]:
 @pytest.mark.slow  # two harness runs at once (and the offline models' first build): CI's slow stage runs it
 def test_trl_grpo_tests_swapped_ci_subset_each_with_its_outcome(tmp_path):
     if not (TRL_TESTS / "test_grpo_trainer.py").exists():
-        pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
+        reason = f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR to a TRL checkout's tests/)"
+        skipped_trl_contract_tests.append(reason)
+        pytest.skip(reason)
     assets = tmp_path / "assets"  # built once, shared by both runs
     assets.mkdir()
     runs = {}
@@ -72,9 +79,8 @@ def test_trl_grpo_tests_swapped_ci_subset_each_with_its_outcome(tmp_path):
 def test_the_harness_compares_where_each_test_fails_not_only_whether(tmp_path):
     """`--from-results` on a swapped run against a stock record: the same test failing at another line of TRL's file
     is another failure (`elsewhere`), which the list must name as such; failing at the same place is `stock`; passing
-    here where stock fails is `stock-only`, also to be explained. Unexplained ones fail the run (exit 1)."""
-    if not (TRL_TESTS / "test_grpo_trainer.py").exists():
-        pytest.skip(f"TRL's test files are not at {TRL_TESTS} (set TRL_CONTRACT_TESTS_DIR)")
+    here where stock fails is `stock-only`, also to be explained. Unexplained ones fail the run (exit 1). PATH is the
+    shipped stand-in for TRL's test folder: `--from-results` runs no test, and needs no TRL checkout."""
     import trl
 
     def failed(line):
@@ -94,7 +100,7 @@ def test_the_harness_compares_where_each_test_fails_not_only_whether(tmp_path):
     def compare(listed: str) -> tuple[int, dict, str]:
         expected = tmp_path / "expected.txt"
         expected.write_text(listed)
-        command = [sys.executable, str(HARNESS), str(TRL_TESTS), "--mode", "swapped", "--from-results",
+        command = [sys.executable, str(HARNESS), str(SYNTHETIC_TRL_TESTS), "--mode", "swapped", "--from-results",
                    "--workdir", str(tmp_path), "--stock-record", str(record), "--expected", str(expected)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert done.returncode in (0, 1), done.stderr[-3000:]
@@ -109,3 +115,14 @@ def test_the_harness_compares_where_each_test_fails_not_only_whether(tmp_path):
         f"[stock: same]\n{file}same -- r\n[elsewhere: moved]\n{file}moved -- r\n[stock-only: fixed]\n{file}fixed -- r\n"
     )
     assert code == 0 and summary["unlisted"] == [] and summary["drift"] == []
+
+
+def test_the_harness_refuses_a_folder_without_trls_helpers(tmp_path):
+    """PATH must hold TRL's test file and the helpers it imports: a folder with the test file alone is a set-up
+    error (exit 2) naming each missing file, before any model is built or test run."""
+    (tmp_path / "test_grpo_trainer.py").write_text((SYNTHETIC_TRL_TESTS / "test_grpo_trainer.py").read_text())
+    command = [sys.executable, str(HARNESS), str(tmp_path), "--mode", "swapped", "--workdir", str(tmp_path / "work")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"PATH {tmp_path} lacks testing_utils.py, conftest.py, __init__.py" in done.stderr
+    assert not (tmp_path / "work").exists()

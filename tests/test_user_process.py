@@ -172,11 +172,18 @@ def config_effects(face: str, arguments: dict, tmp_path, processes: int = 1) -> 
 DS_ZERO2 = str(pathlib.Path(__file__).parent / "distributed" / "ds_zero2.json")
 
 
+# Each comparison starts fresh interpreters (about 10 s each on 2 cores): the defaults run in the default suite, the
+# rest in the slow stage.
 @pytest.mark.parametrize(
     "arguments",
-    [{}, {"deepspeed": DS_ZERO2, "report_to": "tensorboard", "logging_steps": 1, "gradient_checkpointing": True}],
-    ids=["defaults", "deepspeed-tensorboard-checkpointing"],
-)
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param(
+            {"deepspeed": DS_ZERO2, "report_to": "tensorboard", "logging_steps": 1, "gradient_checkpointing": True},
+            id="deepspeed-tensorboard-checkpointing", marks=pytest.mark.slow,
+        ),
+    ],
+)  # fmt: skip
 def test_a_config_does_to_the_process_what_grpoconfig_does(tmp_path, arguments):
     if "deepspeed" in arguments:
         pytest.importorskip("deepspeed")
@@ -186,6 +193,7 @@ def test_a_config_does_to_the_process_what_grpoconfig_does(tmp_path, arguments):
     assert config_effects("comlrl", arguments, tmp_path) == [grpo]
 
 
+@pytest.mark.slow
 def test_in_two_cpu_processes_a_config_makes_the_process_group_grpoconfig_makes_and_no_deepspeed_state(tmp_path):
     grpo = config_effects("grpo", {}, tmp_path, processes=2)
     assert [rank["process_group"] for rank in grpo] == [True, True]

@@ -373,3 +373,35 @@ def test_colours_show_the_mean_joint_reward_and_the_legend_says_how_to_read_them
         f"joint action {j} ({a['choice'][0]}, {a['choice'][1]})" for j, a in enumerate(nodes[0]["actions"])
     ]
     assert errors == [] and remote == []
+
+
+def test_a_clicked_node_opens_where_the_reader_looks(browser, run_dir):
+    """The panel starts below the fold (the tree and the side cards above it): a click on a node scrolls it into the
+    window, its heading at the top or, for a short panel, the whole panel shown; a click in a panel already in view
+    (a sibling) leaves the page where it is."""
+    page, errors, remote = open_page(browser, Path(write_page(str(run_dir))).as_uri())
+
+    def panel_box() -> tuple[float, float, float]:
+        return tuple(page.evaluate("[...['top', 'bottom'].map(k => panel.getBoundingClientRect()[k]), innerHeight]"))
+
+    def settled_scroll() -> float:  # smooth scrolling: the position once it stops moving
+        positions = [-1.0, page.evaluate("scrollY")]
+        while positions[-1] != positions[-2]:
+            page.wait_for_timeout(200)
+            positions.append(page.evaluate("scrollY"))
+        return positions[-1]
+
+    top, bottom, height = panel_box()
+    # before the click, at most the heading's line shows at the window's bottom edge (else the test shows nothing)
+    assert top > 0.9 * height and bottom > height and page.evaluate("scrollY") == 0
+    page.click("#tree .node[data-node='2']")
+    scrolled = settled_scroll()
+    assert page.inner_text("#panel h2").startswith("Node 2 · turn 2")
+    top, bottom, height = panel_box()
+    assert scrolled > 0 and 0 <= top and (top < 2 or bottom <= height)
+    page.evaluate("scrollBy(0, -10)")  # the reader scrolls a little: the panel stays in view, off its scrolled place
+    scrolled = settled_scroll()
+    page.click("#panel .siblings button[data-goto='3']")
+    assert page.inner_text("#panel h2").startswith("Node 3 · turn 2")
+    assert settled_scroll() == scrolled
+    assert errors == [] and remote == []

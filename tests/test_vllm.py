@@ -310,9 +310,9 @@ def test_seed_example_with_vllm_sampling_logps_match_the_policy(tmp_path):
             assert "old_per_token_logps" not in agent_rows and "importance_sampling_ratio" not in agent_rows
             assert agent_rows["sampling_per_token_logps"].shape == agent_rows["completion_mask"].shape
         assert passes == []
-    # The placeholder check when the trainer is built (2 joint answers); then 2 prompts per step: 4 joint answers per
-    # prompt at turn 1 and 16 at turn 2, as without vLLM.
-    assert calls == [(1, 2)] + [(1, 8), (2, 32)] * 2
+    # Nothing when the trainer is built (check_functions_before_training is opt-in); 2 prompts per step: 4 joint
+    # answers per prompt at turn 1 and 16 at turn 2, as without vLLM.
+    assert calls == [(1, 8), (2, 32)] * 2
     steps = [e for e in history if "sampling/sampling_logp_difference/max" in e]
     assert len(steps) == 2
     for entry in steps:  # step 2 samples from synced weights: a failed sync or a bf16 engine shows here

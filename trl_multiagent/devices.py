@@ -66,6 +66,8 @@ def reuse_freed_memory() -> str:
         done = f"left as set by {', '.join(set_up)}" if set_up else "left: not glibc"
     else:
         libc = ctypes.CDLL(None)
-        done = "set" if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) else "left: refused"
+        done = (
+            "set" if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) else "left: refused"
+        )
     logger.info(f"trl_multiagent.devices.reuse_freed_memory: malloc {done}.")
     return done

@@ -141,7 +141,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.task = inputs.tokenizers, inputs.task
-        self.eval_metrics, self.tool_calling, self.last_rollout = inputs.eval_metrics, inputs.tool_calling, None
+        self.tool_calling, self.last_rollout = inputs.tool_calling, None
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
         self.team, self.agent_eos_token_ids = built
@@ -197,7 +197,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
 
     def _prepare_arguments(self, args, **given) -> arguments.PreparedInputs:
         """The arguments checked and resolved before any model loads (`arguments.prepare`). The CoMLRL face overrides
-        it to add what its own arguments bring (formatted later turns, evaluation metrics, added tokens)."""
+        it to add what its own arguments bring (formatted later turns, added tokens)."""
         return arguments.prepare(args, **given)
 
     def _generate_for_agent(self, agent: int, prompts: list, num_generations: int, environments=None) -> Generation:
@@ -273,8 +273,6 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
             table = completion_log_rows(tree, advantages, self.task)
             self._logs = completion_logs(gather_object(table))
-        for metrics in self.eval_metrics if mode == "eval" else ():  # e.g. the CoMLRL face's evaluation metrics
-            self._log_metrics(mode, metrics(tree, rows, self.args.num_turns))
         return {"agents": agent_batches}
 
     @torch.no_grad()

@@ -29,9 +29,9 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from trl_multiagent import MAGRPOConfig, MAGRPOTrainer, checkpoint
-from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.demo.examples import PROMPTS, length_feedback, length_ratio_reward
 from trl_multiagent.demo.testing import make_model, make_tokenizer, with_trained_adapter
+from trl_multiagent.devices import reuse_freed_memory
 from trl_multiagent.rollout import Generation
 
 
@@ -238,6 +238,7 @@ def main():
     os.makedirs(cli.output_dir, exist_ok=True)
     with open(os.path.join(cli.output_dir, f"pid_rank{rank}"), "w") as f:
         f.write(str(os.getpid()))
+
     # Runs after `main` returned, which ends with `trainer.end()`: the process groups must be released by then, and
     # their gloo threads gone once garbage is collected (tests/test_distributed.py). The trainer, as every transformers
     # Trainer, lives in reference cycles (its callbacks, accelerate's hooks) that hold DDP's reducer and so its group

@@ -52,7 +52,6 @@ class PreparedInputs:
     agent_init_kwargs: dict | None  # the agents' `from_pretrained` keywords (with `quantization_config`)
     grows_embeddings: bool  # tokens were added to the tokenizers: each agent's embeddings grow to its tokenizer
     tool_calling: ToolCalling | None  # the agents' tools (`tools=`, `environment_factory=`), or None
-    eval_metrics: list  # `(tree, rows, num_turns) -> metrics` callables run on each evaluation rollout
     callbacks: list  # added once the Trainer exists
     tokenizers: list  # one per agent, loaded (with the special tokens added)
     task: TeamTask  # what the rollout calls
@@ -152,7 +151,6 @@ def prepare(
         agent_init_kwargs=agent_init_kwargs,
         grows_embeddings=False,
         tool_calling=tool_calling,
-        eval_metrics=[],
         callbacks=[learning_signal],
         tokenizers=tokenizers,
         task=task,

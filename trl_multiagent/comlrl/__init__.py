@@ -8,6 +8,7 @@ paths::
     from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer
     from trl_multiagent.comlrl.trainers.reinforce import MARLOOConfig, MARLOOTrainer
     from trl_multiagent.comlrl.utils.reward_processor import RewardProcessors
+    from trl_multiagent.comlrl.utils import read_checkpoint_metadata
 
 CoMLRL's other public names (its actor-critic and preference trainers, its helpers) raise an `ImportError` that names
 them (`not_provided`). Nothing outside this package knows a CoMLRL name or convention (docs/from_comlrl.md).
@@ -31,7 +32,7 @@ from .trainers.reinforce import (
     MARLOOConfig,
     MARLOOTrainer,
 )
-from .utils import RewardProcessors
+from .utils import RewardProcessors, read_checkpoint_metadata
 
 
 __all__ = [
@@ -49,5 +50,6 @@ __all__ = [
     "CentralizedComparatorParseError",
     "TaggedCentralizedComparatorAdapter",
     "RewardProcessors",
+    "read_checkpoint_metadata",
 ]
 __getattr__ = module_getattr(__name__, None)

@@ -93,6 +93,13 @@ class MAGRPOConfig(TRLFaceConfig):
             "that is never negative ends every branch after turn 1). None: every turn runs."
         },
     )
+    save_strategy: str = field(
+        default="no",
+        metadata={
+            "help": "No checkpoint unless asked, as CoMLRL: train(checkpoint_dir=...) or save_checkpoint (TRL's "
+            "'steps'/'epoch' still write the Trainer's checkpoint-{step} in output_dir)."
+        },
+    )
     lr_scheduler_type: str = field(default="constant", metadata={"help": "CoMLRL's AdamW has no schedule."})
     discount: float = field(
         default=1.0,

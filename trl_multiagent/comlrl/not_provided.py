@@ -44,9 +44,6 @@ NOT_PROVIDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "ActorCriticOutput": ("actor-critic model output", ("models",)),
     "DeviceScheduler": ("placement of agents on devices", ("schedulers",)),
     # utilities: CoMLRL's trainers' internals (the face does their work in TRL's terms)
-    # read_checkpoint_metadata: the comlrl-examples work of issue 57 provides it (trl_multiagent/comlrl/utils/
-    # checkpoint.py); remove this entry when it lands
-    "read_checkpoint_metadata": ("reader of its checkpoints' metadata", ("utils", "utils.checkpoint")),
     # CoMLRL's own checkpoint file (training_state.pt); checkpoints here are the Trainer's
     "TrainingCheckpointMixin": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),
     "capture_trainer_state": ("checkpoint machinery of its trainers", ("utils.checkpoint",)),

@@ -4,13 +4,13 @@ the TRL face's, and its calls of the user's functions (`comlrl.rewards`)."""
 from __future__ import annotations
 
 import functools
-import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
@@ -18,16 +18,27 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy
 from transformers.utils import logging
 
 from ..arguments.datasets import check_dataset_fills_a_step
-from ..checkpoint import COMPLETE_MARKER, is_complete
+from ..checkpoint import COMPLETE_MARKER, is_complete, resolve_resume
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
-    Evaluation,
     add_special_tokens,
     check_agent_model_names,
     model_config_keywords,
     wandb_reporting,
 )
+from .checkpoints import (
+    CHECKPOINT_VERSION,
+    check_checkpoint_dir,
+    check_own,
+    completed_epochs,
+    metadata_of,
+    prune,
+    replace_folder,
+    wandb_identity,
+    write_metadata,
+)
 from .config import MAGRPOConfig, check_late_changes, fit_to_prompts, say_early_termination, undiscounted
+from .evaluation import EvaluatedPaths, Evaluation, trainer_log_keys, turn_metrics
 from .rewards import comlrl_reward, comlrl_transition
 
 
@@ -59,11 +70,12 @@ class MAGRPOTrainer(TRLFaceTrainer):
       (`peft_config`, `callbacks`, ...) by keyword;
     - the reward is called as CoMLRL calls it, once per joint action (`comlrl.rewards.comlrl_reward`); the transition by
       keyword, with later turns formatted by the formatters (`comlrl_transition`);
-    - `_prepare_arguments` adds the tokens of `model_config["special_tokens"]` and the evaluation metrics of
-      `eval_logger`;
+    - `_prepare_arguments` adds the tokens of `model_config["special_tokens"]`;
+    - `evaluate(num_eval_samples=...)` is CoMLRL's: one sampled path per row, its `eval/turn_{t}/...` metrics and
+      `eval_logger`/`eval_aggregator` (`comlrl.evaluation`);
     - `train` takes CoMLRL's checkpoint arguments (`checkpoint_dir`, `checkpoint_interval`, `checkpoint_total_limit`)
-      on the Trainer's checkpoints, and needs `train_dataset` only here, as CoMLRL; `save_checkpoint` and
-      `load_checkpoint` are CoMLRL's, on the same checkpoints;
+      and needs `train_dataset` only here, as CoMLRL; `save_checkpoint` and `load_checkpoint` are CoMLRL's; the
+      checkpoints are CoMLRL's, `checkpoint-{epochs}` with its metadata, on the Trainer's (`comlrl.checkpoints`);
     - `_generate_and_score_completions` counts the joint actions scored in training (`env_step`);
     - CoMLRL's public attributes (`agents`, `tokenizer`, `optimizers`, `reference_models`, `env_step`, ...) are read
       from the trainer's state (docs/from_comlrl.md).
@@ -126,6 +138,9 @@ class MAGRPOTrainer(TRLFaceTrainer):
             if wandb_config:
                 sections = {**(wandb_config.get("config_sections") or {}), "dataset_type": dataset_type}
                 wandb_config = {**wandb_config, "config_sections": sections}
+        # CoMLRL's checkpoints: the run's identity (`_checkpoint_metadata`) and, within
+        # `train(checkpoint_dir=...)`, `checkpoint_total_limit`
+        self._run_id, self._checkpoint_limit = None, NOT_CHECKPOINTING
         self._env_steps, self._reward_calls = 0, [0]  # `env_step`, and the reward's completed calls
         callbacks = list(trl_arguments.pop("callbacks", None) or [])
         if wandb_config:
@@ -137,8 +152,6 @@ class MAGRPOTrainer(TRLFaceTrainer):
             args.check_functions_before_training = False  # no row of the user's to check them with
         elif isinstance(train_dataset, Dataset):
             fit_to_prompts(args, len(train_dataset))
-        if eval_dataset is not None and args.eval_num_samples < len(eval_dataset):
-            eval_dataset = eval_dataset.select(range(max(args.eval_num_samples, 1)))  # CoMLRL evaluates one at 0
         if eval_dataset is None:  # CoMLRL evaluates only with an eval_dataset
             args.eval_strategy, args.eval_on_start = "no", False
         formatter_list = [formatters] * count if callable(formatters) else formatters
@@ -179,15 +192,17 @@ class MAGRPOTrainer(TRLFaceTrainer):
         trial=None,
         **kwargs,
     ):
-        """The Trainer's `train` with CoMLRL's arguments and its rule for the dataset.
+        """The Trainer's `train` with CoMLRL's arguments and its rules for the dataset and checkpoints
+        (`comlrl.checkpoints`).
 
         - `train_dataset` is needed here, not when the trainer is built; one set as `trainer.train_dataset = ...`
           after building (any sequence of rows) is used;
-        - `checkpoint_dir`: a checkpoint after every `checkpoint_interval` epochs and after the last one, in
-          `checkpoint_dir/checkpoint-{step}` (the Trainer's checkpoints: each agent's `agent_{i}/`, the optimizer, the
-          scheduler, the RNG states and the step), keeping the newest `checkpoint_total_limit`;
-        - `resume_from_checkpoint`: a checkpoint folder (or True: the newest complete one in `output_dir`), resumed at
-          its step, as the Trainer resumes.
+        - `checkpoint_dir`: a checkpoint after every `checkpoint_interval`-th epoch and after the last one, in
+          `checkpoint_dir/checkpoint-{epochs completed}`, keeping this run's newest `checkpoint_total_limit`; without
+          it no checkpoint is written;
+        - `resume_from_checkpoint`: a checkpoint folder (or True: the newest complete one in `checkpoint_dir`, else
+          `output_dir`), resumed at its step with its optimizer, scheduler and RNG states, as the Trainer resumes;
+          `num_train_epochs` counts the whole run.
         """
         if (
             isinstance(checkpoint_interval, bool)
@@ -214,44 +229,98 @@ class MAGRPOTrainer(TRLFaceTrainer):
         if not hasattr(self.train_dataset, "column_names"):
             self.train_dataset = _dataset(self.train_dataset)
         check_dataset_fills_a_step(self.train_dataset, self.args)
+        resumed = None
+        if resume_from_checkpoint not in (None, False):
+            folder = str(checkpoint_dir if checkpoint_dir is not None else self.args.output_dir)
+            resume_from_checkpoint = resolve_resume(folder, resume_from_checkpoint)
+            resumed = metadata_of(Path(resume_from_checkpoint)) if resume_from_checkpoint else None
+        if resume_from_checkpoint or checkpoint_dir is not None or checkpoint_interval != 1 or checkpoint_total_limit:
+            # CoMLRL's run identity, made when train() gets checkpoint arguments: a resumed run keeps its
+            # checkpoint's, so that it may replace its own later checkpoints
+            self._run_id = resumed["run_id"] if resumed and resumed["run_id"] else uuid.uuid4().hex
         if checkpoint_dir is None:
+            if checkpoint_interval != 1 or checkpoint_total_limit is not None:
+                logger.warning(
+                    "MAGRPOTrainer.train: checkpoint_interval/checkpoint_total_limit without checkpoint_dir: no "
+                    "checkpoint is written (as in CoMLRL). Pass checkpoint_dir= to write them."
+                )
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        root = Path(checkpoint_dir).expanduser().absolute()
+        check_checkpoint_dir(root, resumed)
         saved = {name: getattr(self.args, name) for name in ("output_dir", "save_strategy", "save_total_limit")}
         every = EveryNthEpoch(checkpoint_interval)
-        self.args.output_dir = str(checkpoint_dir)
-        self.args.save_strategy, self.args.save_total_limit = SaveStrategy.EPOCH, checkpoint_total_limit
+        self.args.output_dir, self.args.save_strategy, self.args.save_total_limit = str(root), SaveStrategy.EPOCH, None
+        self._checkpoint_limit = checkpoint_total_limit
         self.add_callback(every)
         try:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
         finally:
+            self._checkpoint_limit = NOT_CHECKPOINTING
             self.remove_callback(every)
             for name, value in saved.items():
                 setattr(self.args, name, value)
 
+    def _save_checkpoint(self, model, trial) -> None:
+        """Within `train(checkpoint_dir=...)`, CoMLRL's checkpoint: `checkpoint-{epochs completed}` (an existing one
+        only if this run's), then `checkpoint_total_limit`'s pruning. Otherwise (TRL's `save_strategy`, given
+        directly) the Trainer's own `checkpoint-{step}`."""
+        if self._checkpoint_limit is NOT_CHECKPOINTING:
+            return super()._save_checkpoint(model, trial)
+        root = Path(self.args.output_dir)
+        target = root / f"{PREFIX_CHECKPOINT_DIR}-{completed_epochs(self.state)}"
+        if target.exists() or target.is_symlink():
+            check_own(target, self._run_id)
+        self._write_checkpoint(target)
+        if self.args.should_save:
+            prune(root, target, self._checkpoint_limit, self._run_id)
+
     def save_checkpoint(self, output_dir) -> str:
         """CoMLRL's `save_checkpoint`: the trainer's state now, as a checkpoint `train(resume_from_checkpoint=...)`
-        resumes from and `load_checkpoint` reads: each agent's `agent_{i}/`, the step and, once `train()` has made
-        them, the optimizer, the scheduler and the RNG states (the Trainer's checkpoint files). A folder there that
-        is not a checkpoint is not replaced. Returns the folder."""
+        resumes from, `load_checkpoint` loads and `read_checkpoint_metadata` reads: each agent's `agent_{i}/`, the step
+        and, once `train()` has made them, the optimizer, the scheduler and the RNG states; its `sequence` is the
+        epochs completed. A folder there that is not a checkpoint is not replaced. Returns the folder."""
         target = Path(output_dir).expanduser().absolute()
         if target.is_symlink() or (target.exists() and not is_complete(str(target))):
             raise FileExistsError(f"MAGRPOTrainer.save_checkpoint: refusing to replace {target}: not a checkpoint.")
+        return self._write_checkpoint(target)
+
+    def _write_checkpoint(self, target: Path) -> str:
+        """The Trainer's checkpoint, written by every process into a staging folder beside `target` (the same name
+        on each), with CoMLRL's metadata, then put at `target` whole."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        staging = target.parent / f".{target.name}.staging"
+        if self.args.should_save and staging.exists():
+            shutil.rmtree(staging)  # left by a save that was stopped
+        self.accelerator.wait_for_everyone()
         saved = self.args.output_dir, self.args.save_only_model, self.args.save_total_limit
         # before `train()` there is no optimizer, scheduler or RNG state to save: the weights and the step only
         self.args.output_dir, self.args.save_only_model = str(staging), saved[1] or self.optimizer is None
         self.args.save_total_limit = None
         try:
-            self._save_checkpoint(self.model, trial=None)
-            written = staging / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(written, target)
+            super()._save_checkpoint(self.model, trial=None)
+            if self.args.should_save:
+                written = staging / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+                write_metadata(written, self._checkpoint_metadata())
+                replace_folder(written, target)
+            self.accelerator.wait_for_everyone()
         finally:
             self.args.output_dir, self.args.save_only_model, self.args.save_total_limit = saved
-            shutil.rmtree(staging, ignore_errors=True)
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
         return str(target)
+
+    def _checkpoint_metadata(self) -> dict[str, Any]:
+        """CoMLRL's checkpoint metadata (`read_checkpoint_metadata`): this class, the epochs completed, the run's
+        identity (None until `train()` got checkpoint arguments or `load_checkpoint` read one, as in CoMLRL) and,
+        when the run reports to W&B, its W&B run."""
+        reports_to_wandb = "wandb" in (self.args.report_to or [])
+        return {
+            "version": CHECKPOINT_VERSION,
+            "trainer_class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "sequence": completed_epochs(self.state),
+            "run_id": self._run_id,
+            "wandb": wandb_identity() if reports_to_wandb else None,
+        }
 
     def load_checkpoint(self, checkpoint) -> dict:
         """CoMLRL's `load_checkpoint`: each agent's weights from a checkpoint (of `save_checkpoint` or of training)
@@ -264,6 +333,9 @@ class MAGRPOTrainer(TRLFaceTrainer):
                 f"MAGRPOTrainer.load_checkpoint: {folder} is not a complete checkpoint (no {COMPLETE_MARKER})."
             )
         self._load_from_checkpoint(str(folder))
+        metadata = metadata_of(folder)
+        if metadata is not None:
+            self._run_id = metadata["run_id"]  # saving again continues its run, as in CoMLRL
         state = TrainerState.load_from_json(str(folder / TRAINER_STATE_NAME))
         logger.warning(
             f"MAGRPOTrainer.load_checkpoint: the agents' weights of {folder} are loaded; "
@@ -271,6 +343,61 @@ class MAGRPOTrainer(TRLFaceTrainer):
             f"({state.global_step})."
         )
         return {"epoch": state.epoch, "global_step": state.global_step}
+
+    def evaluate(self, num_eval_samples: int | None = None, ignore_keys=None) -> dict[str, Any]:
+        """CoMLRL's `evaluate` (`comlrl.evaluation`): the first `num_eval_samples` rows of `eval_dataset` (default
+        `args.eval_num_samples`; CoMLRL evaluates at least one), one sampled path each, every turn run, in batches of
+        `eval_batch_size` prompts. Returns CoMLRL's metrics, `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`
+        and `eval/{key}` of `eval_aggregator`; `{}` without an `eval_dataset`. They are logged as the Trainer logs an
+        evaluation (`eval_turn_1/reward_mean`, which wandb's callback writes as CoMLRL's `eval/turn_1/reward_mean`).
+
+        The Trainer calls it on `eval_strategy`'s schedule (`eval_interval`), with `ignore_keys` (model outputs to
+        leave out of its predictions: this evaluation makes none, so only None is taken)."""
+        if ignore_keys is not None:
+            raise ValueError(
+                f"MAGRPOTrainer.evaluate: ignore_keys={ignore_keys!r}: CoMLRL's evaluation keeps no model outputs to "
+                "ignore (train(ignore_keys_for_eval=...) reaches it here). Leave it None."
+            )
+        count = self.args.eval_num_samples if num_eval_samples is None else num_eval_samples
+        try:
+            count = int(count)  # as CoMLRL reads it
+        except (TypeError, ValueError):
+            raise TypeError(f"MAGRPOTrainer.evaluate: num_eval_samples must be an integer, got {count!r}.") from None
+        if self.eval_dataset is None:
+            return {}
+        rows = [dict(self.eval_dataset[i]) for i in range(min(max(count, 1), len(self.eval_dataset)))]
+        if not rows:
+            return {}
+        paths = self._evaluated_paths(rows)
+        metrics = self._evaluation.metrics(paths, self.args.num_turns) if self._evaluation is not None else {}
+        metrics.update(turn_metrics(paths.rewards, self.args.num_turns))
+        training = self.model.training
+        self.model.eval()  # GRPOTrainer's `log` reads its mode: eval adds no training values to this line
+        try:
+            self.log(trainer_log_keys(metrics))
+        finally:
+            self.model.train(training)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def _evaluated_paths(self, rows: list[dict]) -> EvaluatedPaths:
+        """One path per row, `eval_batch_size` rows per rollout, in eval mode with every turn run (CoMLRL's evaluation
+        has no early termination). Environments made here are closed after an `evaluate` called on its own."""
+        batch = max(int(self.args.comlrl_batch_sizes["eval_batch_size"]), 1)
+        training, threshold = self.model.training, self.args.early_termination_threshold
+        paths = EvaluatedPaths(self.num_agents)
+        self.model.eval()
+        self.args.early_termination_threshold = None
+        try:
+            with torch.no_grad():
+                for start in range(0, len(rows), batch):
+                    paths.add(self.rollout(rows[start : start + batch], 1), rows[start : start + batch])
+        finally:
+            self.args.early_termination_threshold = threshold
+            self.model.train(training)
+            if not self.is_in_train:
+                self._close_environments()
+        return paths
 
     # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
     @FixedWhenBuilt
@@ -345,8 +472,6 @@ class MAGRPOTrainer(TRLFaceTrainer):
         if self._special_tokens:
             add_special_tokens(inputs.tokenizers, self._special_tokens)
             inputs.grows_embeddings = True  # each agent's embeddings grow to its tokenizer
-        if self._evaluation is not None:
-            inputs.eval_metrics.append(self._evaluation)
         return inputs
 
 
@@ -379,6 +504,7 @@ class EveryNthEpoch(TrainerCallback):
             control.should_save = False
 
 
+NOT_CHECKPOINTING = object()  # `_checkpoint_limit` outside `train(checkpoint_dir=...)` (None there: no limit)
 PLACEHOLDER_PROMPT = "(no train_dataset given: MAGRPOTrainer.train() refuses to run on this row)"
 
 

@@ -273,12 +273,23 @@
     $("curvesource").textContent = INDEX.curve.source;
   }
 
+  // The panel sits under the tree and the side cards, below the fold of most screens: a node opened by a click is
+  // brought to where the reader is looking, its heading at the top of the window (or as high as the page's end lets
+  // it). A panel already in view (wholly, or its heading in the window's upper part) stays put, so that stepping
+  // through siblings or parents does not move the page.
+  function openNode(id) {
+    showNode(id);
+    const box = $("panel").getBoundingClientRect();
+    const inView = box.top >= 0 && (box.bottom <= window.innerHeight || box.top <= window.innerHeight * 0.6);
+    if (!inView) $("panel").scrollIntoView({ block: "start", behavior: "smooth" });
+  }
+
   // ------------------------------------------------------------------ events
   document.addEventListener("click", (e) => {
     const node = e.target.closest("#tree .node");
-    if (node) return showNode(Number(node.dataset.node));
+    if (node) return openNode(Number(node.dataset.node));
     const go = e.target.closest("[data-goto]");
-    if (go) return showNode(Number(go.dataset.goto));
+    if (go) return openNode(Number(go.dataset.goto));
     const pt = e.target.closest("#curve .pt");
     if (pt) return showStep(Number(pt.dataset.step));
   });

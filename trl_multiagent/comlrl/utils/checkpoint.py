@@ -1,11 +1,10 @@
-"""CoMLRL's `comlrl.utils.checkpoint`.
+"""CoMLRL's `comlrl.utils.checkpoint`: `read_checkpoint_metadata`, on this face's checkpoints (`comlrl.checkpoints`).
+CoMLRL's checkpoint machinery (`TrainingCheckpointMixin`, `capture_trainer_state`, ...) writes its own
+`training_state.pt`; here checkpoints are the Trainer's, so those names raise `NotProvidedError`, naming them."""
 
-Its one public name, `read_checkpoint_metadata`, belongs here: the comlrl-examples work of issue 57 provides it (and
-removes it from `not_provided.NOT_PROVIDED`); until then it raises `NotProvidedError`, naming it.
-"""
-
+from ..checkpoints import read_checkpoint_metadata
 from ..not_provided import module_getattr
 
 
-__all__: list[str] = []
+__all__ = ["read_checkpoint_metadata"]
 __getattr__ = module_getattr(__name__, "utils.checkpoint")

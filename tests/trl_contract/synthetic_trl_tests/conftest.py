@@ -1,0 +1,1 @@
+"""Stands for TRL's tests/conftest.py (empty here)."""
