@@ -59,9 +59,9 @@ def test_case_outcome(comlrl_examples, case_id):
 
 
 def test_an_outcome_is_the_expected_one_only_where_and_how_listed():
-    listed = harness.Expected("#setup.1", "NotProvidedError: read_checkpoint_metadata", "[pending-evalckpt] why")
+    listed = harness.Expected("#setup.1", "NotProvidedError: IACConfig", "[not-provided] why")
 
-    def result(outcome, block="#setup.1", error="x.NotProvidedError: read_checkpoint_metadata (CoMLRL ...)"):
+    def result(outcome, block="#setup.1", error="x.NotProvidedError: IACConfig (CoMLRL 1.4.3's ...)"):
         return harness.Result("case", outcome, block, error if outcome != "passed" else "", 1.0, "folder")
 
     assert harness.verdict(result("passed"), None) == ""
