@@ -51,6 +51,9 @@ def bubblewrap(request):
 skipped_browser_tests = []  # the reason, once per skipped test
 
 
+# CoMLRL's examples and docs (tests/test_comlrl_examples.py) skip without CoMLRL's sdist; why, once, at the run's end.
+skipped_comlrl_examples = []  # the reason (the fixture that skips them is made once)
+
 # The slow run of TRL's own test file (tests/test_trl_contract.py) skips where those files are not found; why, at the end.
 skipped_trl_contract_tests = []  # the reason, once per skipped test
 
@@ -68,6 +71,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"{len(skipped_browser_tests)} browser tests skipped: {skipped_browser_tests[0]} (TRL_MULTIAGENT_REQUIRE_"
             "BROWSER_TESTS=1 makes that an error)."
+        )
+    if skipped_comlrl_examples:
+        terminalreporter.write_line(
+            f"CoMLRL's examples and docs (tests/test_comlrl_examples.py) skipped: {skipped_comlrl_examples[0]}"
         )
     if skipped_trl_contract_tests:
         terminalreporter.write_line(
