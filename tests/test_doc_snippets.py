@@ -93,6 +93,8 @@ BLOCKS = {
                                           "prompt_history_per_agent, response_history_per_agent, turn,",
                                           Same("README.md#5")),
     "docs/saving.md#1": ("from transformers import AutoModelForCausalLM, AutoTokenizer", Run("load a saved agent")),
+    # after the quickstart's blocks, in its script: the team it saved in outputs/quickstart
+    "docs/saving.md#2": ("from trl_multiagent import load_team", Run("quickstart")),
     "docs/teams.md#1": ("from peft import LoraConfig", Excluded("a fragment: `...` stands for the reader's "
                         "arguments, and the models and tokenizers are the reader's")),
     "docs/viewer.md#1": ("config = MAGRPOConfig(..., log_rollout_trees=True)  # every logged step; "

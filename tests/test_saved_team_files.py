@@ -84,7 +84,10 @@ def test_the_team_folder_has_the_trainers_card(tmp_path, tiny_model_dir, no_prep
     trainer.save_model()
     card = (tmp_path / "run" / "README.md").read_text()
     assert "More Information Needed" not in card and "base_model:" not in card  # no Hub model is claimed
-    assert "# run: a 2-agent team trained with MAGRPO" in card and "- generated_from_trainer\n- trl\n- magrpo" in card
+    assert (
+        "# run: a 2-agent team trained with MAGRPO" in card
+        and "- generated_from_trainer\n- trl\n- trl_multiagent\n- magrpo" in card
+    )
     assert "| 1 | `agent_1/` | LoRA adapter | a dequantised Q4_1 GGUF copy of SmolLM2-135M-Instruct (below) |" in card
     assert "About the base: a dequantised Q4_1 GGUF copy of SmolLM2-135M-Instruct: the file" in card
     assert f"not the weights of the Hub model `{HUB_ID}`" in card and "loaded once (a shared base)" in card

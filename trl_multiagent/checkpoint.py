@@ -21,7 +21,7 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, load_sh
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, logging
 
-from .model_card import BaseModel, CardAgent, team_card, write_agent_card
+from .model_card import TEAM_TAGS, BaseModel, CardAgent, team_card, write_agent_card
 from .prepared_models import prepared_description
 from .update.batching import EpochSeededSampler
 
@@ -372,7 +372,7 @@ class TeamCheckpointing:
             hub_id, run = self.args.hub_model_id, os.path.basename(os.path.normpath(self.args.output_dir))
             model_name = hub_id.split("/")[-1] if hub_id else run
         tags = [tags] if isinstance(tags, str) else list(tags or [])
-        tags = list(dict.fromkeys(["generated_from_trainer", *self._tag_names, *tags]))
+        tags = list(dict.fromkeys(["generated_from_trainer", *TEAM_TAGS, *tags]))
         team = self.team
         agents = [
             CardAgent(

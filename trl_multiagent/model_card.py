@@ -36,6 +36,9 @@ from typing import NamedTuple
 
 
 PACKAGE_URL = "https://pypi.org/project/trl-multiagent/"
+# The tags of every card the trainer writes, after transformers' "generated_from_trainer" (TRL's cards: "trl" and the
+# method).
+TEAM_TAGS = ("trl", "trl_multiagent", "magrpo")
 
 
 class BaseModel(NamedTuple):
@@ -98,7 +101,7 @@ def agent_card(index: int, num_agents: int, base: BaseModel, adapter: bool, fold
     package, loader = _loader(adapter)
     body = [title, "", about, "", "```python", f"from {package} import {loader}", ""]
     body += [f'agent = {loader}.from_pretrained("path/to/{folder_name or f"agent_{index}"}")', "```", ""]
-    return "\n".join(_header([base], adapter, ["trl", "trl_multiagent", "magrpo"]) + [""] + body)
+    return "\n".join(_header([base], adapter, TEAM_TAGS) + [""] + body)
 
 
 def write_agent_card(folder: str, index: int, num_agents: int, base: BaseModel, adapter: bool) -> None:

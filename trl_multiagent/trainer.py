@@ -105,9 +105,6 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     ```
     """
 
-    _tag_names = ["trl", "magrpo", "trl_multiagent"]
-    _name = "MAGRPO"
-
     @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
         self,

@@ -25,7 +25,7 @@ from ..generation.vllm_settings import check_vllm_team
 from ..rewards.joint import check_agent_reward_aggregation
 from ..rollout.task import TeamTask
 from ..rollout.tools import ToolCalling
-from ..team.assembly import TeamPlan, load_tokenizers, plan_team, resolve_model_ids
+from ..team.assembly import TeamPlan, load_tokenizers, plan_team
 from ..team.optimizer import check_rates
 from .environments import check_joint_mode_for_worlds, placeholder_dataset
 from .first_rows import check_first_rows
@@ -120,7 +120,6 @@ def prepare(
         worlds.reward_funcs if worlds is not None else None,
         has_worlds=worlds is not None,
     )
-    resolve_model_ids(plan)  # a Hub id offline: its prepared copy, or a clear error now rather than after retries
     tokenizers = load_tokenizers(plan, args.trust_remote_code)
     tool_calling = None
     for name in ("max_tool_calling_iterations", "tool_call_timeout"):

@@ -71,11 +71,12 @@ class MAGRPOTrainer(TRLFaceTrainer):
     - the reward is called as CoMLRL calls it, once per joint action (`comlrl.rewards.comlrl_reward`); the transition by
       keyword, with later turns formatted by the formatters (`comlrl_transition`);
     - `_prepare_arguments` adds the tokens of `model_config["special_tokens"]`;
-    - `evaluate(num_eval_samples=...)` is CoMLRL's: one sampled path per row, its `eval/turn_{t}/...` metrics and
+    - `evaluate` is CoMLRL's (`num_eval_samples=...`): one sampled path per row, its `eval/turn_{t}/...` metrics and
       `eval_logger`/`eval_aggregator` (`comlrl.evaluation`);
     - `train` takes CoMLRL's checkpoint arguments (`checkpoint_dir`, `checkpoint_interval`, `checkpoint_total_limit`)
       and needs `train_dataset` only here, as CoMLRL; `save_checkpoint` and `load_checkpoint` are CoMLRL's; the
-      checkpoints are CoMLRL's, `checkpoint-{epochs}` with its metadata, on the Trainer's (`comlrl.checkpoints`);
+      checkpoints are CoMLRL's, `checkpoint-{epochs}` with its metadata, on the Trainer's (`comlrl.checkpoints`),
+      written by `_save_checkpoint` within `train(checkpoint_dir=...)`;
     - `_generate_and_score_completions` counts the joint actions scored in training (`env_step`);
     - CoMLRL's public attributes (`agents`, `tokenizer`, `optimizers`, `reference_models`, `env_step`, ...) are read
       from the trainer's state (docs/from_comlrl.md).

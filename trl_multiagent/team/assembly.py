@@ -102,6 +102,7 @@ def load_tokenizers(plan: TeamPlan, trust_remote_code: bool = False) -> list:
     """Each agent's tokenizer: the ones given, else its model's own, loaded before the (much larger) models."""
     if plan.tokenizers is not None:
         return plan.tokenizers
+    resolve_model_ids(plan)  # a Hub id offline: its prepared copy, or a clear error now rather than after retries
     owners = [0 if plan.shared_base else i for i in range(plan.num_agents)]
     return [_tokenizer(plan.specs[o], plan.labels[o], trust_remote_code) for o in owners]
 
@@ -118,6 +119,7 @@ def build_team(
     `kl_reference` (`beta != 0`), agents that arrived as PEFT models with their adapters get a frozen copy of it as
     their reference (`AgentTeam.copy_pretrained_adapters`), here, where GRPOTrainer adds its "ref" adapter: before the
     Trainer seeds, so that the copy's initialisation draws nothing from the run's random numbers."""
+    resolve_model_ids(plan)  # the ids of agents given with their tokenizers are resolved here, as they load
     models = [_load_agent(spec, label, model_init_kwargs) for spec, label in zip(plan.specs, plan.labels, strict=True)]
     owner = [models[0] if plan.shared_base else models[i] for i in range(plan.num_agents)]  # the model of each agent
     if resize_embeddings:
