@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 
@@ -24,6 +26,7 @@ def test_bench_memory_smoke():
     assert any("separate full models" in line for line in lines)
 
 
+@pytest.mark.slow  # over a minute on 2 cores: each tree shape, chunked and not, in a fresh process
 def test_bench_memory_tree_smoke():
     lines = smoke("bench_memory.py", "--tree")
     # K=2 at per_device_train_batch_size=8: 8 rows per agent with one turn, 8 * (1 + 2) with two
