@@ -20,6 +20,7 @@ def smoke(script: str, *args: str) -> list[str]:
     return out.stdout.splitlines()
 
 
+@pytest.mark.slow  # about 40 s on 2 cores: two teams, each in a fresh process
 def test_bench_memory_smoke():
     lines = smoke("bench_memory.py")
     assert any("shared base + LoRA" in line for line in lines)
@@ -70,6 +71,7 @@ def test_bench_branching_smoke():
     assert any(line.startswith("step 1: best-only generates") for line in lines)
 
 
+@pytest.mark.slow  # about 40 s on 2 cores
 def test_gpu_check_dry_run_writes_its_table(tmp_path):
     """The GPU check's code path on a CPU (`gpu_check.sh --dry`): tiny Qwen2, CoMLRL where installed, the LoRA team
     of 4; its table holds a row per run, with the numbers the runs measured."""

@@ -11,6 +11,9 @@ import sys
 import pytest
 
 
+# The benchmark runs end to end in fresh processes (about a minute and a half on 2 cores): the slow stage.
+pytestmark = pytest.mark.slow
+
 CREDIT = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "credit")
 METHODS = ["untrained", "single_policy", "defaults", "branching_best", "scale_agent", "alpha_0.7", "agent_lr"]
 

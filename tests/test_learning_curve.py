@@ -60,6 +60,7 @@ def test_summary_over_seeds_by_hand():
     assert not lc.summarize([run(0.3, 0.5), run(0.5, 0.3)], 100, 0.6, 4)[1]["learns"]
 
 
+@pytest.mark.slow  # about 40 s on 2 cores: a smoke run of the benchmark, in a fresh process
 def test_smoke_run_writes_records_table_and_plot(tmp_path):
     out = subprocess.run(
         [sys.executable, os.path.join(BENCH, "learning_curve.py"), "--smoke", "--trainers", "ours", "--seeds", "0",
