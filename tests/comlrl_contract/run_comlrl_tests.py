@@ -38,6 +38,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from trl_multiagent.demo.contract import OFFLINE_ENVIRONMENT as ENVIRONMENT
 from trl_multiagent.demo.contract import (
     UsageError,
     compare,
@@ -103,13 +104,6 @@ PYTEST_INI = """[pytest]
 addopts = -p _comlrl_contract_results -p _comlrl_contract_selection -p no:cacheprovider -rfE
 """
 
-ENVIRONMENT = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "WANDB_MODE": "disabled",
-}
 
 # The reviewed list's kinds: a test that passes on CoMLRL and fails swapped is listed as reaching a CoMLRL private
 # hook, or as one whose passing would mean no longer being a GRPOTrainer; one that fails on CoMLRL too, as stock.

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trl_multiagent.demo.contract import OFFLINE_ENVIRONMENT as ENVIRONMENT
 from trl_multiagent.demo.contract import say
 
 
@@ -256,14 +257,7 @@ ARGUMENTS_WHY = (
     "the script's own flags: 1 epoch (tldr: 2 rows, 8 new tokens); its --model-name default is edited (model)"
 )
 
-# The environment of every case: offline, W&B off, one thread; this checkout's trl_multiagent.
-ENVIRONMENT = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "WANDB_MODE": "disabled",
-}
+# Why each case runs in the environment it gets: offline, W&B off, one thread; this checkout's trl_multiagent.
 ENVIRONMENT_WHY = (
     "offline (no Hub), W&B off (WANDB_MODE=disabled: a wandb_config the docs pass opens a disabled run), "
     "OMP_NUM_THREADS=1 unless set, PYTHONPATH = this checkout, each case in its own empty folder (the pages write "

@@ -45,6 +45,7 @@ from pathlib import Path
 from offline_assets import ORG, SUBSTITUTIONS, build_assets, say
 
 from trl_multiagent.demo.contract import FAILED, OUTCOMES, UsageError, finish_run
+from trl_multiagent.demo.contract import OFFLINE_ENVIRONMENT as ENVIRONMENT
 
 
 HERE = Path(__file__).resolve().parent
@@ -163,13 +164,6 @@ markers =
 addopts = -p _trl_contract_plugin -p no:cacheprovider -rfE
 """
 
-ENVIRONMENT = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "WANDB_MODE": "disabled",
-}
 
 EDITS = [
     f"tests/{TEST_FILE}: `{IMPORT_LINE}` -> `{IMPORT_REPLACEMENT}` (the one text edit; both modes, so that both run "

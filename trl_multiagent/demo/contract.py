@@ -17,6 +17,14 @@ from pathlib import Path
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 FAILED = ("failed", "error")
+# What every harness sets in the processes it runs: offline (no Hub), no tokenizer threads, W&B off.
+OFFLINE_ENVIRONMENT = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "WANDB_MODE": "disabled",
+}
 
 
 class UsageError(Exception):
