@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from trl_multiagent.prepared_models import PREPARED_MODEL_MARKER as MARKER
+from trl_multiagent.prepared_models import prepared_description
 
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
@@ -53,6 +54,8 @@ def test_quickstart_runs_as_printed(tmp_path):
         assert os.path.isfile(os.path.join(adapter["base_model_name_or_path"], MARKER))
         assert adapter["r"] == 16
     card = (output / "README.md").read_text()
-    assert (
-        "a 2-agent team trained with MAGRPO" in card and "dequantised Q4_1 GGUF copy of SmolLM2-135M-Instruct" in card
-    )
+    # the base as its prepared folder's marker describes it (a folder prepared by an earlier release names no
+    # quantisation; tests/test_saved_team_files.py checks a fresh marker's words)
+    base = prepared_description(adapter["base_model_name_or_path"])
+    assert "# quickstart: a 2-agent team trained with MAGRPO" in card, card
+    assert f"About the base: {base}." in card and "`SmolLM2-135M-Instruct.Q4_1.gguf`" in card, card
