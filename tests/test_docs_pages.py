@@ -88,3 +88,62 @@ def test_a_stale_page_fails_the_check(tmp_path):
     subprocess.run([sys.executable, "docs/generate.py"], cwd=tmp_path, check=True, capture_output=True)
     assert "A new line." in (tmp_path / "docs" / "quickstart.md").read_text()
     assert subprocess.run(check, cwd=tmp_path, capture_output=True).returncode == 0
+
+
+# tests/README.md: a backticked path (with a `/` or a file's suffix) or `trl_multiagent.` module, and a test file
+README_SPAN = re.compile(r"`([^`\n]+)`")
+PATH_LIKE = re.compile(r"[\w.-]+(/[\w.-]*)+|[\w.-]+\.(py|txt|json|sh|md|toml)")
+MODULE_LIKE = re.compile(r"[a-z_]\w*(\.\w+)*/?")
+TEST_FILE = re.compile(r"test_\w+\.py")
+FOLDERS = (ROOT / "tests", ROOT, ROOT / "trl_multiagent")  # where a path named in tests/README.md may be
+
+
+def exists_as_module(name: str) -> bool:
+    """`a.b` is trl_multiagent/a/b.py or the package trl_multiagent/a/b/; `a/` is the package trl_multiagent/a/, or a
+    folder of the repository (`recipes/`)."""
+    if name.endswith("/"):
+        return (ROOT / "trl_multiagent" / name).is_dir() or (ROOT / name).is_dir()
+    path = ROOT / "trl_multiagent" / Path(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def readme_problems(text: str, test_files: set[str]) -> list[str]:
+    """What tests/README.md names that does not exist, and the test files it does not list."""
+    problems = []
+    for span in README_SPAN.findall(text):
+        if span.startswith("trl_multiagent."):
+            if not exists_as_module(span.removeprefix("trl_multiagent.")):
+                problems.append(f"module `{span}` does not exist")
+        elif PATH_LIKE.fullmatch(span) and not any((folder / span).exists() for folder in FOLDERS):
+            problems.append(f"path `{span}` is in none of tests/, the repository's root, trl_multiagent/")
+    for line in text.splitlines():  # a table row's first column: its modules, before the parenthesised description
+        if line.startswith("| ") and not line.startswith(("| ---", "| module")):
+            for span in README_SPAN.findall(line.split("|")[1].split("(")[0]):
+                if MODULE_LIKE.fullmatch(span) and not exists_as_module(span):
+                    problems.append(f"module `{span}` is not in trl_multiagent/ (nor a folder of the repository)")
+    listed = set(TEST_FILE.findall(text))
+    problems += [f"`{name}` is not listed" for name in sorted(test_files - listed)]
+    return problems
+
+
+def test_the_tests_readme_names_what_exists_and_lists_every_test_file():
+    text = (ROOT / "tests" / "README.md").read_text(encoding="utf-8")
+    test_files = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    assert readme_problems(text, test_files) == []
+
+
+def test_the_tests_readme_check_sees_gone_modules_and_unlisted_files():
+    text = (
+        "Tiny models come from `trl_multiagent.demo.testing`, and from `trl_multiagent.testing`.\n\n"
+        "| module | tests |\n| --- | --- |\n"
+        "| `compat/comlrl` (CoMLRL's names, `read_checkpoint_metadata`) | `test_comlrl_dropin.py` |\n"
+        "| `rollout/` (`rollout.tree`, `rollout.credit`) | `test_credit.py`, `test_gone.py`, `comlrl_contract/` |\n"
+        "| `credit.returns`, `rollout.credit` (`returns`) | `comlrl_examples/expected_failures.txt` |\n"
+    )
+    assert readme_problems(text, {"test_comlrl_dropin.py", "test_credit.py", "test_new.py"}) == [
+        "module `trl_multiagent.testing` does not exist",
+        "path `compat/comlrl` is in none of tests/, the repository's root, trl_multiagent/",
+        "path `test_gone.py` is in none of tests/, the repository's root, trl_multiagent/",
+        "module `rollout.credit` is not in trl_multiagent/ (nor a folder of the repository)",
+        "`test_new.py` is not listed",
+    ]
