@@ -2,6 +2,7 @@
 link and image in `docs/` and `README.md` points at a file that exists, and so does every docs page the code names
 (`docs/<page>.md` in a docstring, a comment or a message of the package, the recipes, the examples or the benchmarks)."""
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -74,12 +75,66 @@ def test_the_generated_parts_are_current():
     assert result.returncode == 0, result.stderr
 
 
+def generate_module():
+    """docs/generate.py as a module (a script, not in a package), for its functions."""
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_layout_places_each_module_once_and_counts_its_lines(tmp_path):
+    """docs/architecture.md's core and periphery: a module placed nowhere or twice, or a name that is gone, fails
+    (as `--check` does, naming them); otherwise each module shows its lines, and each group and side its total."""
+    generate = generate_module()
+    package = tmp_path / "trl_multiagent"
+    for name, count in {"__init__": 2, "trainer": 10, "update/__init__": 1, "update/batching": 5, "comlrl/__init__": 3,
+                        "comlrl/trainer": 7, "comlrl/utils/__init__": 4, "update/new_feature": 6}.items():  # fmt: skip
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).with_suffix(".py").write_text("x = 1\n" * count)
+    lines = generate.module_lines(package)
+    assert lines == {"__init__": 2, "comlrl": 3, "comlrl.trainer": 7, "comlrl.utils": 4, "trainer": 10, "update": 1,
+                     "update.batching": 5, "update.new_feature": 6}  # fmt: skip
+    layout = {
+        "core": {"step": ["__init__", "trainer", "update", "update.batching", "update.chunking"]},
+        "periphery": {"face": ["comlrl/", "trainer"]},
+    }
+    with pytest.raises(generate.UnplacedModules) as refused:
+        generate.placed(layout, lines)
+    assert str(refused.value) == (
+        "docs/generate.py's LAYOUT and trl_multiagent/ disagree: modules placed in neither the core nor the "
+        "periphery: ['update.new_feature']; modules placed twice: {'trainer': ['step', 'face']}; names that are no "
+        "module of the package: ['update.chunking']"
+    )
+    layout = {
+        "core": {"step": ["__init__", "trainer", "update", "update.batching"]},
+        "periphery": {"face": ["comlrl/"], "new": ["update.new_feature"]},
+    }
+    assert generate.layout_tables(generate.placed(layout, lines)).splitlines() == [
+        "**The core**: 18 lines in 4 modules.",
+        "",
+        "| Group | Modules (lines) | Lines |",
+        "| --- | --- | ---: |",
+        "| step | `__init__` (2), `trainer` (10), `update` (1), `update.batching` (5) | 18 |",
+        "",
+        "**The periphery**: 20 lines in 4 modules.",
+        "",
+        "| Group | Modules (lines) | Lines |",
+        "| --- | --- | ---: |",
+        "| face | `comlrl` (3), `comlrl.trainer` (7), `comlrl.utils` (4) | 14 |",
+        "| new | `update.new_feature` (6) | 6 |",
+        "",
+        "The package: 38 lines, 47% of them in the core.",
+    ]
+
+
 def test_a_stale_page_fails_the_check(tmp_path):
     """A copy of the repository's pages whose README quickstart changed: `--check` fails and names the page."""
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "generate.py", tmp_path / "docs")
-    for name in ("configuration.md", "quickstart.md"):
+    for name in ("configuration.md", "quickstart.md", "architecture.md"):
         shutil.copy(ROOT / "docs" / name, tmp_path / "docs" / name)
+    (tmp_path / "trl_multiagent").symlink_to(ROOT / "trl_multiagent")  # read only: its config and its line counts
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     (tmp_path / "README.md").write_text(readme.replace("## Quickstart\n", "## Quickstart\n\nA new line.\n", 1))
     check = [sys.executable, "docs/generate.py", "--check"]
