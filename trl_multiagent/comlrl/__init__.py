@@ -11,7 +11,9 @@ paths::
     from trl_multiagent.comlrl.utils import read_checkpoint_metadata
 
 CoMLRL's other public names (its actor-critic and preference trainers, its helpers) raise an `ImportError` that names
-them (`not_provided`). Nothing outside this package knows a CoMLRL name or convention (docs/from_comlrl.md).
+them (`not_provided`). Outside this package no module uses CoMLRL's own names (`tests/test_layers.py`), and only
+`keywords` imports from it (`names`, to tell a user who gives the TRL face a CoMLRL name what TRL calls it); elsewhere
+CoMLRL is mentioned to point to this face, as the source of a credit option, or in a comparison (docs/from_comlrl.md).
 """
 
 from .config import MAGRPOConfig
