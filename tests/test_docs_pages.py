@@ -1,6 +1,8 @@
-"""Every docs page reads correctly as a file: its generated parts are current (`docs/generate.py`), every relative
-link and image in `docs/` and `README.md` points at a file that exists, and so does every docs page the code names
-(`docs/<page>.md` in a docstring, a comment or a message of the package, the recipes, the examples or the benchmarks)."""
+"""Every docs page reads correctly as a file: its generated parts are current (`docs/generate.py`: the configuration
+tables, the quickstart, and the core and periphery with every module placed and counted), every relative link and
+image in `docs/` and `README.md` points at a file that exists, and so does every docs page the code names
+(`docs/<page>.md` in a docstring, a comment or a message of the package, the recipes, the examples or the
+benchmarks). tests/README.md names only paths and modules that exist, and lists every test file."""
 
 import importlib.util
 import re
