@@ -78,7 +78,7 @@ def td_advantages(
     Args:
         targets, values: ``(A,)`` or ``(agents, A)`` (broadcast); a row is one agent's.
         groups: the group of each joint action, e.g. its turn.
-        normalize: False leaves ``target - value`` as it is (CoMLRL's ``advantage_normalization=False``).
+        normalize: False leaves ``target - value`` as it is (CoMLRL's normalisation switched off).
 
     >>> td_advantages(torch.tensor([2.0, 0.0, 5.0]), torch.tensor([1.0, 1.0, 1.0]), groups=[1, 1, 2])
     tensor([ 1., -1.,  4.])
