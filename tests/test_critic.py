@@ -34,7 +34,8 @@ MAAC_V = [0.4, 0.4, 0.0, 0.0, 1.2, 1.2, -0.4, -0.4]
 MAAC_Q = [0.5, 0.1, 0.7, 0.9, 0.8, 1.6, 0.2, -0.6]
 # By hand: joint action 0 bootstraps from node 2 (joint actions 4, 5), 1 from node 3 (6, 7), with discount 0.5;
 # 2 and 3 (row 1 ended early) and 4..7 (the last turn) are their rewards.
-#   IAC V, agent 0: 1.0 + 0.5 * 1.0 = 1.5;  0.0 + 0.5 * 0.0 = 0.0    agent 1: 1.0 + 0.5 * 0.6 = 1.3;  0.0 + 0.5 * 0.8 = 0.4
+#   IAC V, agent 0: 1.0 + 0.5 * 1.0 = 1.5;  0.0 + 0.5 * 0.0 = 0.0
+#          agent 1: 1.0 + 0.5 * 0.6 = 1.3;  0.0 + 0.5 * 0.8 = 0.4
 #   IAC Q, agent 0: 1.0 + 0.5 * (1.0 + 2.0) / 2 = 1.75;  0.0 + 0.5 * (-1.0 + 0.0) / 2 = -0.25
 #          agent 1: 1.0 + 0.5 * (0.0 + 0.4) / 2 = 1.1;   0.0 + 0.5 * (1.2 + 0.6) / 2 = 0.45
 #   MAAC V: 1.0 + 0.5 * 1.2 = 1.6;  0.0 + 0.5 * -0.4 = -0.2
@@ -68,7 +69,8 @@ def test_maac_with_each_agents_own_reward():
 def test_advantages_of_a_two_turn_tree_by_hand():
     tree = two_turn_tree(REWARDS)
     td = tree_td(tree, torch.tensor(IAC_V), DISCOUNT)
-    # target - V, agent 0: [1.0, -0.5, 1.8, 0.8 | -0.5, 0.5, 2.0, 0.0]; agent 1: [1.0, 0.1, 1.9, 0.9 | -0.1, 0.9, 1.2, -0.8]
+    # target - V, agent 0: [1.0, -0.5, 1.8, 0.8 | -0.5, 0.5, 2.0, 0.0]
+    #             agent 1: [1.0, 0.1, 1.9, 0.9 | -0.1, 0.9, 1.2, -0.8]
     # standardised within each turn (|) with the population std: agent 0's turn 1 has mean 0.775 and std
     # sqrt(2.7275 / 4) = 0.8258, so (1.0 - 0.775) / 0.8258 = 0.2725, ...
     expected = [
