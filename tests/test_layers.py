@@ -16,7 +16,7 @@ FLOORS = [
     + ["keywords"]
     + ["trl_release"]
     + ["comlrl.names"]  # the CoMLRL names the TRL face refuses, read only to say what they are in TRL's terms
-    + ["credit", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole
+    + ["credit", "critic", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],
