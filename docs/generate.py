@@ -136,6 +136,7 @@ LAYOUT: dict[str, dict[str, list[str]]] = {
         ],
         "saved teams' cards, prepared models": ["model_card", "prepared_models", "embedded_model"],
         "diagnostics": ["diagnostics"],
+        "a learned critic (no step calls it yet)": ["critic/"],
         "TRL 1.15": ["trl_release"],
     },
 }  # fmt: skip
