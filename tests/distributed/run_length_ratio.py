@@ -249,6 +249,11 @@ def main():
     # until a collection; the interpreter's finalisation collects them before it tears modules down. What must not
     # remain is a group held by what is never collected: a module global or a function's default.
     def report_groups_at_exit():
+        # A gloo worker thread frees a finished collective's tensors holding its group's lock, and needs the GIL for it;
+        # a collection that frees the group holds the GIL and waits for that lock: a deadlock (torch 2.13: rank 0 of a
+        # DDP run hung here, in CI and on the development machine under load, right after the last gather). The pause
+        # lets those threads finish first.
+        time.sleep(0.5)
         gc.collect()
         print(f"rank {rank}: process groups at exit: {groups_state()}, gloo threads {gloo_threads()}", flush=True)
 
