@@ -248,7 +248,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         train_dataset=build_dataset(script_args.prompt_format),
         args=training_args,
     )
-    samples = SampleAnswers(trainer.task)  # what the agents write, at the first and the last step
+    samples = SampleAnswers(trainer)  # what the agents write, at the first and the last step
     trainer.add_callback(samples)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

@@ -187,7 +187,7 @@ def main(script_args: ScriptArguments, training_args: MAGRPOConfig, model_args: 
         train_dataset=build_dataset(script_args.num_codes, training_args.seed),
         args=training_args,
     )
-    samples = SampleAnswers(trainer.task)
+    samples = SampleAnswers(trainer)
     trainer.add_callback(samples)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

@@ -165,14 +165,6 @@ class Recorded(TrainerCallback):
         self.grads = [[p.grad.detach().clone() for p in agent.parameters()] for agent in self.trainer.agents]
 
 
-class RecordingTrainer(MAGRPOTrainer):
-    """The face's trainer, keeping the rollout tree it trains on."""
-
-    def rollout(self, rows, k):
-        self.tree = super().rollout(rows, k)
-        return self.tree
-
-
 def one_face_update(tmp_path, tokenizer, **overrides):
     """One optimizer step of the face from its defaults, 2 turns and discount=0.9 (ignored, as in CoMLRL), on one
     prompt: the agents before it, the tree, each agent's gradient and each agent after it."""
@@ -187,7 +179,7 @@ def one_face_update(tmp_path, tokenizer, **overrides):
         num_train_epochs=1, logging_steps=1, eval_interval=0, report_to="none", seed=0,
     )  # fmt: skip
     values.update(overrides)
-    trainer = RecordingTrainer(
+    trainer = MAGRPOTrainer(
         agents=agents,
         tokenizer=tokenizer,
         reward_func=joint_score,
@@ -206,7 +198,7 @@ def one_face_update(tmp_path, tokenizer, **overrides):
     groups = trainer.optimizer.param_groups
     assert {g["weight_decay"] for g in groups if g["params"]} == {0.01}
     assert sum(p.numel() for g in groups for p in g["params"]) == sum(p.numel() for p in trainer.model.parameters())
-    return before, trainer.tree, recorded.grads, [list(agent.parameters()) for agent in trainer.agents]
+    return before, trainer.last_rollout, recorded.grads, [list(agent.parameters()) for agent in trainer.agents]
 
 
 def comlrl_sequence(node, agent: int, k: int, pad_token_id: int) -> tuple[list[int], list[int]]:

@@ -28,11 +28,12 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
   incremented by `GRPOTrainer.training_step` after each `Trainer.training_step`.
 - `GRPOTrainer._buffered_inputs` -- trainer.py (`_prepare_inputs`) -- None after `__init__` (so a resumed run
   generates first), and read or written by no GRPOTrainer method but `_prepare_inputs`, which the package replaces.
-- `GRPOTrainer._compute_loss` -- trainer.py (`_team_loss`, once per agent and chunk), update/batching.py,
-  update/chunking.py, update/importance.py -- signature `(self, model, inputs)`; reads the keys `tree_rows` builds;
-  masks with `completion_mask * tool_mask`; normalises each `loss_type` as `chunking.chunk_weight` assumes; multiplies
-  the per-token loss by `inputs["importance_sampling_ratio"]` when `use_vllm` and
-  `vllm_importance_sampling_correction`.
+- `GRPOTrainer._compute_loss` -- trainer.py (`_team_loss`, once per agent and chunk, inside `_loss_call`),
+  update/batching.py, update/chunking.py, update/importance.py, update/loss_call.py -- signature `(self, model,
+  inputs)`; reads the keys `tree_rows` builds; masks with `completion_mask * tool_mask`; normalises each `loss_type` as
+  `chunking.chunk_weight` assumes; multiplies the per-token loss by `inputs["importance_sampling_ratio"]` when
+  `use_vllm` and `vllm_importance_sampling_correction`; runs the policy's forward once, through
+  `self._get_per_token_logps_and_entropies(..., compute_entropy=True)`, and reads the ratio only after it.
 - `GRPOTrainer._entropy_bonus_enabled` -- update/entropy.py (`TeamEntropyBonus`, set False: the package adds each
   agent's bonus itself) -- set by `GRPOTrainer.__init__` (True with `entropy_coef` or `use_adaptive_entropy`);
   `_compute_loss` subtracts `entropy_coef` times the mean entropy of the call's tokens only while it is True.
@@ -80,13 +81,16 @@ transformers
 
 - `Trainer.current_gradient_accumulation_steps` -- trainer.py (`training_step`) -- set by the training loop before
   each micro-step, to the number of micro-batches of the current accumulation window.
-- `Trainer._get_output_dir` -- checkpoint.py (`_save_checkpoint`) -- signature `(self, trial)`; without a trial, the
-  run's `output_dir`, in which `Trainer._save_checkpoint` writes `checkpoint-{step}`.
+- `Trainer._get_output_dir` -- checkpoint.py, update/entropy.py (`_save_checkpoint`) -- signature `(self, trial)`;
+  without a trial, the run's `output_dir`, in which `Trainer._save_checkpoint` writes `checkpoint-{step}`.
+- `Trainer._load_optimizer_and_scheduler` -- update/entropy.py (overridden, as GRPOTrainer overrides it for its
+  adaptive entropy coefficient) -- signature `(self, checkpoint)`; the training loop calls it with the checkpoint it
+  resumes from, under DeepSpeed too.
 - `Trainer._remove_unused_columns` -- environment_lifecycle.py (overridden: every column is kept for the environments)
   -- signature `(self, dataset, description)`; where Trainer drops dataset columns (its dataloaders call it);
   GRPOTrainer does not override it.
 - `Trainer._save`, `Trainer._save_checkpoint`, `Trainer._load_from_checkpoint` (overridden), `rotate_checkpoints`
-  -- checkpoint.py -- signatures; `_save_checkpoint` rotates with `save_total_limit=self.args.save_total_limit`
+  -- checkpoint.py, update/entropy.py (`_save_checkpoint`) -- signatures; `_save_checkpoint` rotates with `save_total_limit=self.args.save_total_limit`
   (which the package sets to None around it, to rotate after the completion marker).
 - `GradientCheckpointingLayer._can_checkpoint_with_cache` -- update/prefix.py (`_cache_through_checkpointing`) -- a
   class attribute, False; with the instance attribute set to True, a checkpointed layer keeps its cache argument
@@ -430,6 +434,33 @@ def test_compute_loss_weights_tokens_by_the_importance_sampling_ratio(tmp_path):
     assert weighted.item() == pytest.approx(-(5 * 1.0 + 6 * 0.5) / 8), "the ratio no longer weights each token"
 
 
+@contract(
+    "trl", "GRPOTrainer._compute_loss", "GRPOTrainer._get_per_token_logps_and_entropies",
+    used_in="trainer.py (`_loss_call`), update/loss_call.py",
+)  # fmt: skip
+def test_compute_loss_runs_one_policy_forward_before_it_reads_the_ratio(tmp_path):
+    """What `update.loss_call` relies on: one call of `_compute_loss` runs the policy's forward once, with entropies,
+    and reads `importance_sampling_ratio` after it, so that a ratio set into the rows during that forward weights the
+    loss (`RatioFromLoss`)."""
+    trainer = grpo_trainer(tmp_path, loss_type="dapo")
+    trainer.model.eval()  # no accumulation normaliser
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True  # as MAGRPOTrainer sets them
+    inputs, forwards = two_on_policy_rows(), []
+    stock = trainer._get_per_token_logps_and_entropies
+
+    def forward(*args, **kwargs):
+        result = stock(*args, **kwargs)
+        forwards.append(kwargs.get("compute_entropy"))
+        inputs["importance_sampling_ratio"] = torch.tensor([[1.0, 2.0, 1.0, 1.0], [1.0, 1.0, 1.0, 3.0]])
+        return result
+
+    trainer._get_per_token_logps_and_entropies = forward
+    with torch.no_grad():
+        loss = trainer._compute_loss(trainer.model, inputs)
+    assert forwards == [True], "not one forward of the policy, with entropies, per call"
+    assert loss.item() == pytest.approx(-(5 * 1.0 + 6 * 0.5) / 8), "the ratio is read before the forward"
+
+
 @contract("trl", "GRPOTrainer._compute_loss", used_in="trainer.py, update/batching.py")
 def test_loss_reads_the_inputs_we_build():
     source = inspect.getsource(GRPOTrainer._compute_loss)
@@ -689,9 +720,26 @@ def test_output_dir_without_a_trial_is_the_runs(tmp_path):
     assert "self._get_output_dir(trial=trial)" in inspect.getsource(Trainer._save_checkpoint)
 
 
+@contract("transformers", "Trainer._load_optimizer_and_scheduler", used_in="update/entropy.py")
+def test_load_optimizer_and_scheduler_gets_the_resumed_checkpoint():
+    assert params(Trainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
+    assert "self._prepare_for_training(max_steps, train_dataloader, resume_from_checkpoint)" in inspect.getsource(
+        Trainer._inner_training_loop
+    )
+    source = inspect.getsource(Trainer._prepare_for_training)
+    # after the weights, on every path (DeepSpeed's too: in the `if`, not in a branch of it), the resumed checkpoint's
+    # optimizer and scheduler
+    assert re.search(
+        r"\n( +)if resume_from_checkpoint is not None:\n\1    if self\.is_deepspeed_enabled:\n.*deepspeed_load_checkpoint"
+        r".*\n\1    self\._load_optimizer_and_scheduler\(resume_from_checkpoint\)\n",
+        source,
+        re.S,
+    )
+
+
 @contract(
     "transformers", "Trainer._save", "Trainer._save_checkpoint", "Trainer._load_from_checkpoint", "rotate_checkpoints",
-    used_in="checkpoint.py",
+    used_in="checkpoint.py, update/entropy.py",
 )  # fmt: skip
 def test_overridden_methods_keep_their_signatures():
     assert params(GRPOTrainer.compute_loss) == ["self", "model", "inputs", "return_outputs", "num_items_in_batch"]

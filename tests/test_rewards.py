@@ -430,6 +430,7 @@ def test_the_task_gives_a_value_for_every_reward_keyword():
     reward's own, per call), and the dataset's columns beside them."""
     reward = JointReward([lambda completions_0, completions_1: [0.0]], None, num_agents=2)
     task = TeamTask(reward, None, None, tokenizers=[None, None], worlds=object())
-    keywords = task.reward_keywords([{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
+    record = task.record(num_turns=1)
+    keywords = task.reward_keywords(record, [{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
     assert set(keywords) == {*rewards_module.REWARD_KEYWORDS, "level"} - {"turn"}
     assert keywords["environments"] == ["world"] and keywords["level"] == [3]

@@ -19,7 +19,7 @@ def test_samples_are_the_scored_joint_answers_of_the_first_and_last_step(tmp_pat
         external_transition=length_feedback, train_dataset=Dataset.from_dict({"prompt": SEED_PROMPTS}), args=args,
     )  # fmt: skip
     printed = []
-    samples = SampleAnswers(trainer.task, per_turn=2, printer=printed.append)
+    samples = SampleAnswers(trainer, per_turn=2, printer=printed.append)
     trainer.add_callback(samples)
     trainer.train()
 

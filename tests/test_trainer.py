@@ -100,6 +100,11 @@ def test_metrics_reach_tensorboard(tmp_path, tokenizer):
     assert last["turn_1/expected_return"] == pytest.approx(last["turn_1/reward_mean"] + last["turn_2/reward_mean"])
     # no threshold: no node ends early, in either turn
     assert last["turn_2/terminated_frac"] == 0.0 and last["turn_1/terminated_frac"] == 0.0
+    # the update is timed apart from the rollout its micro-step ran first (`training_step`, `timing.MicroStep`): with
+    # the generation's seconds counted in, it would take the whole step
+    first = trainer.state.log_history[0]
+    assert first["throughput/update_tokens_per_s"] > 0
+    assert first["timing/update_s"] + first["timing/generate_s"] < first["step_time"]
 
 
 def test_save_model_writes_loadable_agents(tmp_path, tokenizer):

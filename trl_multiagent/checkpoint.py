@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import re
 
@@ -29,7 +28,6 @@ from .update.batching import EpochSeededSampler
 logger = logging.get_logger(__name__)
 
 COMPLETE_MARKER = "checkpoint_complete"
-ENTROPY_STATE_NAME = "team_entropy_state.json"  # each agent's adaptive entropy coefficient (`update.entropy`)
 
 
 def agent_dir(output_dir: str, index: int) -> str:
@@ -194,6 +192,17 @@ def agreed_resume(accelerator, output_dir: str, resume_from_checkpoint: bool | s
     )
 
 
+def resume_folder(accelerator, args, resume_from_checkpoint: str | bool | None) -> str | None:
+    """What `train(resume_from_checkpoint=...)` resumes from: for True, the newest *complete* checkpoint in
+    `args.output_dir`; a folder given, if complete; found alike on every process (`agreed_resume`), and said."""
+    if not resume_from_checkpoint:
+        return resume_from_checkpoint
+    folder = agreed_resume(accelerator, args.output_dir, resume_from_checkpoint)
+    if folder and args.should_log:
+        logger.warning(f"MAGRPOTrainer: resuming from {folder} (step {checkpoint_step(folder)}).")
+    return folder
+
+
 @contextlib.contextmanager
 def written_by_caller(model):
     """Let the caller decide that this process writes `model`, as the Trainer's `should_save` does.
@@ -329,9 +338,9 @@ def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, b
 class TeamCheckpointing:
     """The Trainer's saving and resuming hooks, for a team (mixed into `MAGRPOTrainer`, before `GRPOTrainer`).
 
-    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint`, `train` (which also arranges the release of the
-    process groups at exit), `_get_train_sampler` (each epoch's order seeded by the epoch) and `create_model_card` (the
-    team's card), and adds `save_merged_model`.
+    Overrides `_save`, `_save_checkpoint`, `_load_from_checkpoint`, `_get_train_sampler` (each epoch's order seeded by
+    the epoch) and `create_model_card` (the team's card), and adds `save_merged_model`. The trainer's `train` resumes
+    from `resume_folder`.
     """
 
     # Where a team of one is saved (`save_model` and every checkpoint): False, as GRPOTrainer saves its model, into the
@@ -404,16 +413,6 @@ class TeamCheckpointing:
         save_merged_team(self.team, self.tokenizers, output_dir, self.one_agent_in_agent_folder)
         self.create_model_card(folder=output_dir, merged=True)
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoint`)."""
-        if resume_from_checkpoint:
-            resume_from_checkpoint = agreed_resume(self.accelerator, self.args.output_dir, resume_from_checkpoint)
-        if resume_from_checkpoint and self.args.should_log:
-            logger.warning(
-                f"MAGRPOTrainer: resuming from {resume_from_checkpoint} (step {checkpoint_step(resume_from_checkpoint)})."
-            )
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
-
     def _save_checkpoint(self, model, trial) -> None:
         """Trainer's, then the completion marker once every process has written its files, then the rotation.
 
@@ -425,13 +424,6 @@ class TeamCheckpointing:
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = save_total_limit
-        control = getattr(self, "entropy_control", None)
-        if control is not None and control.adaptive and self.args.should_save:  # GRPOTrainer keeps its one, likewise
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            with open(os.path.join(folder, ENTROPY_STATE_NAME), "w") as file:
-                json.dump(control.state_dict(), file)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
             run_dir, state = self._get_output_dir(trial=trial), self.state
@@ -442,13 +434,5 @@ class TeamCheckpointing:
         return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`), and each agent's
-        adaptive entropy coefficient where the checkpoint has them."""
+        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`)."""
         load_team_weights(self.team, resume_from_checkpoint)
-        path, control = (
-            os.path.join(resume_from_checkpoint, ENTROPY_STATE_NAME),
-            getattr(self, "entropy_control", None),
-        )
-        if control is not None and control.adaptive and os.path.isfile(path):
-            with open(path) as file:
-                control.load_state_dict(json.load(file))

@@ -2,8 +2,9 @@
 ends or fails, or after an `evaluate` called on its own (TRL never closes them); and every dataset column is kept, since
 `reset(**row)` and the routing `environment` column read them.
 
-`EnvironmentLifecycle` is mixed into `MAGRPOTrainer` before `GRPOTrainer`; it overrides `train`, `evaluate` and
-`_remove_unused_columns`. Closing on a failed build is `environments.worlds.closes_worlds_on_error`, on `__init__`.
+`EnvironmentLifecycle` is mixed into `MAGRPOTrainer` before `GRPOTrainer`; it overrides `evaluate` and
+`_remove_unused_columns`, and gives the trainer's `train` `_close_environments`. Closing on a failed build is
+`environments.worlds.closes_worlds_on_error`, on `__init__`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,6 @@ logger = logging.get_logger(__name__)
 
 
 class EnvironmentLifecycle:
-    def train(self, *args, **kwargs):
-        """Trainer's `train`; then, or when it fails, every environment instance made that defines `close()` is
-        closed, once."""
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            self._close_environments()
-
     def evaluate(self, *args, **kwargs):
         """Trainer's `evaluate`; called on its own (not from `train`, which closes them when it ends), the environment
         instances it made are closed after it, or when it fails."""
@@ -33,6 +26,7 @@ class EnvironmentLifecycle:
                 self._close_environments()
 
     def _close_environments(self) -> None:
+        """Every environment instance made that defines `close()`, closed once."""
         if self.task.worlds is not None:
             self.task.worlds.close()
 

@@ -154,12 +154,12 @@ def rollout_metrics(
     return metrics
 
 
-def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, task) -> list:
+def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, record) -> list:
     """One row per completion of the tree (agent, turn, prompt, completion, advantage, and each reward function's
-    mean joint value over the joint actions it took part in), for `log_completions`' table; from the generation's
-    `rollout.task.TeamTask`: its `action_rewards` and the rewards' `log_extra` columns (`extra_columns`:
+    mean joint value over the joint actions it took part in), for `log_completions`' table; from the rollout's
+    `rollout.task.TaskRecord`: its `action_rewards` and the rewards' `log_extra` columns (`extra_columns`:
     column -> {(joint action id, agent or None): value}; each completion gets its joint actions' `extra_value`)."""
-    action_rewards, reward_names = task.action_rewards, task.joint_reward.names
+    action_rewards, reward_names = record.action_rewards, record.reward_names
     rows = []
     for n, node in enumerate(tree.nodes):
         for i, completions in enumerate(node.completions):
@@ -181,7 +181,7 @@ def completion_log_rows(tree: RolloutTree, advantages: torch.Tensor, task) -> li
                     row["tool_calls"] = node.tool_calls[i][k]
                 row["log_extra"] = {
                     column: extra_value([values.get((a, i), values.get((a, None))) for a in actions])
-                    for column, values in task.extra_columns.items()
+                    for column, values in record.extra_columns.items()
                 }
                 rows.append(row)
     return rows

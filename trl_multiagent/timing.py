@@ -120,6 +120,26 @@ class RolloutTimes(PhaseTimes):
         return metrics
 
 
+class MicroStep:
+    """One training micro-step, as `training_step` measures it: the update's cost is the step's, from `MicroStep()` to
+    `update()`, less the rollout that `_prepare_inputs` may have run in it (`prepared`, with the tokens of the rows).
+
+    >>> step = MicroStep()
+    >>> step.prepared(Reading(1.0, 0.0, 0.0), tokens=12)
+    >>> step.update().wall < 0, step.tokens  # the step took less than the second its rollout is said to have taken
+    (True, 12)
+    """
+
+    def __init__(self):
+        self.start, self.rollout, self.tokens = Reading.now(), ZERO, 0
+
+    def prepared(self, rollout: Reading, tokens: int) -> None:
+        self.rollout, self.tokens = rollout, tokens
+
+    def update(self) -> Reading:
+        return Reading.now() - self.start - self.rollout
+
+
 class UpdateTimes:
     """The update's time and tokens over one optimizer step's micro-batches (forward and backward, without the
     rollout that a micro-step may have run first).

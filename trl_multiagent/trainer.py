@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -14,7 +16,7 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from . import arguments, credit
-from .checkpoint import TeamCheckpointing
+from .checkpoint import TeamCheckpointing, resume_folder
 from .config import MAGRPOConfig
 from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
 from .environment_lifecycle import EnvironmentLifecycle
@@ -24,15 +26,28 @@ from .generation.output import Generation
 from .keywords import unexpected_trainer_keyword
 from .metrics import completion_log_rows, completion_logs, rollout_metrics, rollout_stats
 from .rollout import RolloutTree, run_rollout
+from .rollout.task import TaskRecord
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .team.optimizer import AgentLearningRates
-from .timing import Reading, RolloutTimes, UpdateTimes
+from .timing import MicroStep, Reading, RolloutTimes, UpdateTimes
 from .trees import TreeRecorder
 from .update.batching import loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
 from .update.entropy import TeamEntropyBonus
 from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
+from .update.loss_call import LossCall
 from .update.prefix import chunked_per_token_logps, prompt_sharing, uses_reentrant_checkpointing
+
+
+@dataclass
+class Rollout:
+    """One rollout of `MAGRPOTrainer._rollout`, made for it and handed on: its tree, and what the step's metrics read of
+    it (the task's `record`, the phases' `times`, the prompts cut to `max_prompt_length`)."""
+
+    record: TaskRecord
+    times: RolloutTimes = field(default_factory=RolloutTimes)  # with the `logps` passes after it
+    truncated_prompts: int = 0
+    tree: RolloutTree | None = None  # once grown
 
 
 class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, EnvironmentLifecycle, GRPOTrainer):
@@ -43,29 +58,38 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
 
     - the model is an [`AgentTeam`] of N policies, so one optimizer and one accelerate/DeepSpeed engine hold them all
       (one agent: its own model, as GRPOTrainer's; `AgentTeam.trainer_model`);
-    - `_generate_and_score_completions` is the step read top to bottom: the public `rollout` grows a tree per prompt
+    - `_generate_and_score_completions` is the step read top to bottom: a rollout grows a tree per prompt
       (`rollout.run_rollout`: each turn, one batched generation per agent over every live node, with transformers
-      `generate` or vLLM, one call of the joint reward, the transition for each branch that goes on); `credit.assign`
-      gives returns and group-relative advantages; `update.batching` turns each agent's completions into rows;
+      `generate` or vLLM, one call of the joint reward, the transition for each branch that goes on; the public
+      `rollout` is the same, for `evaluation`); `credit.assign` gives returns and group-relative advantages;
+      `update.batching` turns each agent's completions into rows;
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
-      `update_chunk_size` rows per agent, each with its own backward (`chunking`); `_compute_loss` is TRL's with
-      each agent's entropy bonus (`update.entropy.TeamEntropyBonus`);
+      `update_chunk_size` rows per agent, each with its own backward (`chunking`), less each agent's entropy bonus
+      (`update.entropy.TeamEntropyBonus`, which also overrides `_save_checkpoint` and `_load_optimizer_and_scheduler`
+      to keep its coefficients in the checkpoints, as GRPOTrainer does);
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
-      that continue it (`share_prompts`, as does the prefill of `generate`);
+      that continue it (`share_prompts`, as does the prefill of `generate`); inside one call of `_compute_loss` it
+      hands the policy's forward to that call (`update.loss_call`: the vLLM ratio of on-policy rows, the entropies);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
     - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
+    - `train` resumes from the newest *complete* checkpoint with `resume_from_checkpoint=True`, and closes the
+      environments' instances when it ends (`environment_lifecycle`);
     - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, and a team of one
       into the folder itself as GRPOTrainer (the class attribute `one_agent_in_agent_folder = True` keeps `agent_0/`,
-      CoMLRL's layout); `_load_from_checkpoint` reads either layout back; `_save_checkpoint` marks it complete once every process wrote it; `train` resumes the newest;
-      `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run sees the same order;
-      `create_model_card` writes the team's card (`model_card.team_card`: the agents and their folders, bases, adapters,
-      rewards, turns, and how to load them, `trl_multiagent.load_team` for the team) where TRL writes its card and in
-      every folder `_save` writes the team into; PEFT's and transformers' files are left as they wrote them;
-    - `train`, `evaluate` and `_remove_unused_columns` (`environment_lifecycle`): the environments' instances are
-      closed at the end, and every dataset column is kept for them;
+      CoMLRL's layout); `_load_from_checkpoint` reads either layout back; `_save_checkpoint` marks it complete once
+      every process wrote it; `_get_train_sampler` seeds each epoch's prompt order by the epoch, so that a resumed run
+      sees the same order; `create_model_card` writes the team's card (`model_card.team_card`: the agents and their
+      folders, bases, adapters, rewards, turns, and how to load them, `trl_multiagent.load_team` for the team) where
+      TRL writes its card and in every folder `_save` writes the team into; PEFT's and transformers' files are left as
+      they wrote them;
+    - `evaluate` and `_remove_unused_columns` (`environment_lifecycle`): the environments' instances made by an
+      `evaluate` on its own are closed after it, and every dataset column is kept for them;
 
-    The methods not listed here are helpers of this class, not overrides. TRL's loss types, clipping, KL, logging,
+    The methods not listed here are helpers of this class, not overrides. What one call hands the next is passed or
+    returned (a rollout's measures: `Rollout`); where TRL's own code calls ours and returns nothing we need, the
+    hand-off is open only for that call: `training_step` around `_prepare_inputs` (`_micro_step`), `_compute_loss`
+    around `_get_per_token_logps_and_entropies` (`_open_loss_call`). TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
     Args (GRPOTrainer's, in its order, then the team's own):
@@ -104,6 +128,11 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     trainer.train()
     ```
     """
+
+    # Open only within one call of TRL's code that calls ours: `training_step` (`_prepare_inputs` hands it the
+    # rollout's share of the step) and `_compute_loss` (the log-prob function hands it the policy's forward).
+    _micro_step: MicroStep | None = None
+    _open_loss_call: LossCall | None = None
 
     @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
@@ -191,8 +220,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             wrapped_model=lambda: self.model_wrapped,
             chat_templates=self.tool_calling.chat_templates if self.tool_calling else None,
         )
-        self._rollout_times, self._update_times = RolloutTimes(), UpdateTimes()
-        self._ratio_from_loss = RatioFromLoss(args)
+        self._update_times = UpdateTimes()  # over an optimizer step's micro-steps
+        self._ratio_from_loss = RatioFromLoss(args)  # over a generation's micro-steps
         self._trees = TreeRecorder(args, self.accelerator, self.max_completion_length)  # log_rollout_trees
 
     def _prepare_arguments(self, args, **given) -> arguments.PreparedInputs:
@@ -205,49 +234,58 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         tools, then TRL's tool loop, each completion calling the tools of the world it acts on (`environments`)."""
         greedy, calling = not self.model.training and not self.args.eval_do_sample, self.tool_calling
         tools = calling.prompt_tools(agent, len(prompts), environments, num_generations) if calling else None
-        with self._rollout_times.phase("generate"):
-            generation = self.generator.generate(agent, prompts, num_generations, greedy, tools)
-            if calling is not None:
-                # tool rounds go on while any process has calls; a lost world on one process stops all (`sync_turn`)
-                any_left = partial(sync_turn, self.accelerator)
-                generation = calling.run(agent, generation, environments, self.generator, greedy, any_left)
-        self._rollout_times.generated_tokens += sum(len(c) for c in generation.completion_ids)
-        self._truncated_prompts += generation.truncated_prompts
+        generation = self.generator.generate(agent, prompts, num_generations, greedy, tools)
+        if calling is not None:
+            # tool rounds go on while any process has calls; a lost world on one process stops all (`sync_turn`)
+            any_left = partial(sync_turn, self.accelerator)
+            generation = calling.run(agent, generation, environments, self.generator, greedy, any_left)
+        return generation
+
+    def _measured_generation(self, rollout: Rollout, agent: int, prompts: list, environments, samples: int):
+        """`run_rollout`'s `generate`: `_generate_for_agent`, timed and counted in `rollout`."""
+        with rollout.times.phase("generate"):
+            generation = self._generate_for_agent(agent, prompts, samples, environments)
+        rollout.times.generated_tokens += sum(len(c) for c in generation.completion_ids)
+        rollout.truncated_prompts += generation.truncated_prompts
         return generation
 
     def rollout(self, rows: list[dict], num_generations: int) -> RolloutTree:
         """One rollout tree over dataset `rows` (a root node each) with the current policies, `num_generations` (K)
         completions per agent and node: the step's first stage (`rollout.run_rollout`), public for `evaluation`. Kept
         as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world)."""
-        self._rollout_times, self._truncated_prompts = RolloutTimes(), 0
-        self.task.start(self.args.num_turns, self.state)
-        with self._rollout_times.phase("sync"):
+        return self._rollout(rows, num_generations).tree
+
+    def _rollout(self, rows: list[dict], num_generations: int) -> Rollout:
+        """`rollout`, returning what it measured with its tree."""
+        rollout = Rollout(self.task.record(self.args.num_turns, self.state))
+        with rollout.times.phase("sync"):
             self.generator.sync_weights(self.state.global_step)  # only after the weights changed
-        k = num_generations
-        self.last_rollout = run_rollout(
+        rollout.tree = run_rollout(
             rows,
             num_agents=self.num_agents,
-            num_generations=k,
+            num_generations=num_generations,
             num_turns=self.args.num_turns,
             joint_mode=self.args.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
-            generate=lambda agent, prompts, worlds, samples: self._generate_for_agent(agent, prompts, samples, worlds),
-            score=partial(self.task.score, rows),
-            transition=partial(self.task.next_prompts, rows),
+            generate=partial(self._measured_generation, rollout),
+            score=partial(self.task.score, rollout.record, rows),
+            transition=partial(self.task.next_prompts, rollout.record, rows),
             sync=partial(sync_turn, self.accelerator),
             worlds=self.task.worlds,
             branching=self.args.branching,
             branching_top_m=self.args.branching_top_m,
         )
-        self.environments = self.last_rollout.first_worlds() or None
-        return self.last_rollout
+        self.last_rollout = rollout.tree
+        self.environments = rollout.tree.first_worlds() or None
+        return rollout
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode, args = ("train" if self.model.training else "eval"), self.args
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
-        tree = self.rollout(rows, k)
+        rollout = self._rollout(rows, k)
+        tree = rollout.tree
         returns, credited, advantages = credit.assign(tree, args)  # advantages: (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
@@ -261,23 +299,24 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             tokens += row_tokens(batch)
             batch["num_items_in_batch"] = self.accelerator.gather(loss_mask(batch).sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
-            self._add_logps(i, batch)
+            self._add_logps(i, batch, rollout.times)
             if self._corrects_sampling(i) and "old_per_token_logps" in batch:  # else the loss sets it: `RatioFromLoss`
                 sampling[i] = sampling_stats(*add_importance_sampling_ratio(batch, batch["old_per_token_logps"], args))
             agent_batches.append(batch)
 
-        self._log_rollout_metrics(mode, tree, returns, credited, tokens)
-        self._trees.record(tree, returns, credited, advantages, self.task, mode, self.state)  # gathers
+        self._log_rollout_metrics(mode, rollout, returns, credited, tokens)
+        self._trees.record(tree, returns, credited, advantages, rollout.record, mode, self.state)  # gathers
         if sampling:
             self._log_metrics(mode, reduce_sampling_stats(gather_object([sampling])))
         if self.log_completions:  # the table GRPOTrainer's `log` prints and sends
-            table = completion_log_rows(tree, advantages, self.task)
+            table = completion_log_rows(tree, advantages, rollout.record)
             self._logs = completion_logs(gather_object(table))
         return {"agents": agent_batches}
 
     @torch.no_grad()
-    def _add_logps(self, agent: int, batch: dict) -> None:
-        """Old-policy log-probs (only when the update is off-policy, as in GRPOTrainer) and reference log-probs."""
+    def _add_logps(self, agent: int, batch: dict, times: RolloutTimes) -> None:
+        """Old-policy log-probs (only when the update is off-policy, as in GRPOTrainer) and reference log-probs, timed
+        in the rollout's `times`."""
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         keep, chunk = batch["completion_ids"].size(1), self.update_chunk_size
@@ -286,7 +325,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         logps = partial(logps, logits_to_keep=keep, batch_size=chunk)
         trains = agent in self.trainable_agents
         checkpointing = disable_gradient_checkpointing(self.team, self.args.gradient_checkpointing_kwargs)
-        with self._rollout_times.phase("logps"), checkpointing:
+        with times.phase("logps"), checkpointing:
             # As GRPOTrainer: off-policy updates, and vLLM's sampling correction, need the old policy's log-probs. Where
             # a training step's rows are on-policy, the correction takes them from the loss instead (`RatioFromLoss`).
             off_policy = self.args.gradient_accumulation_steps % generate_every != 0
@@ -309,15 +348,17 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         """TRL's vLLM importance-sampling correction applies to this agent's rows (it trains, vLLM sampled them)."""
         return self.use_vllm and self.vllm_importance_sampling_correction and agent in self.trainable_agents
 
-    def _log_rollout_metrics(self, mode, tree: RolloutTree, returns, credited, tokens: int) -> None:
-        env, truncated, longest = self.task, self._truncated_prompts, self.max_completion_length
-        stats = rollout_stats(tree, returns, credited, env.reward_values, env.agent_reward_values, tokens, truncated)
+    def _log_rollout_metrics(self, mode, rollout: Rollout, returns, credited, tokens: int) -> None:
+        record, truncated, longest = rollout.record, rollout.truncated_prompts, self.max_completion_length
+        stats = rollout_stats(
+            rollout.tree, returns, credited, record.reward_values, record.agent_reward_values, tokens, truncated
+        )
         gathered = gather_object([stats])  # one collective for every process's summary
         if mode == "train":
             self.state.num_input_tokens_seen += sum(s.tokens for s in gathered)
-        self._log_metrics(mode, rollout_metrics(gathered, self.args.num_turns, env.joint_reward.names, longest))
-        self._log_metrics(mode, self._rollout_times.metrics(env.times))
-        for name, value in env.logged_metrics:  # the rewards' `log_metric` values, as GRPOTrainer's `_metrics`
+        self._log_metrics(mode, rollout_metrics(gathered, self.args.num_turns, record.reward_names, longest))
+        self._log_metrics(mode, rollout.times.metrics(record.times))
+        for name, value in record.logged_metrics:  # the rewards' `log_metric` values, as GRPOTrainer's `_metrics`
             self._log_metrics(mode, {name: value})
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
 
@@ -344,8 +385,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
                 *args, chunk, shared, compute_entropy, stock, self.accelerator.autocast
             )
             result = logps, entropies, None
-        self._ratio_from_loss.observe(result[0])  # in a loss of on-policy rows: their importance-sampling ratio
-        self.loss_entropies = result[1]  # in a loss: for the entropy bonus (`update.entropy`)
+        if self._open_loss_call is not None:  # inside TRL's `_compute_loss`: the policy's forward (`update.loss_call`)
+            self._open_loss_call.observe(result[0], result[1])
         return result
 
     def _prepare_inputs(self, generation_batch):
@@ -358,15 +399,20 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             agent_batches = self._generate_and_score_completions(generation_batch)["agents"]
             self._buffered_inputs = split_micro_batches(agent_batches, self.args.steps_per_generation)
         micro_batch = self._buffered_inputs[self._step % self.args.steps_per_generation]
-        self._rollout_spent = Reading.now() - start
-        self._micro_batch_tokens = sum(row_tokens(b) for i, b in enumerate(micro_batch) if i in self.trainable_agents)
+        if self._micro_step is not None:  # within `training_step`: the rollout's share of the step, apart
+            tokens = sum(row_tokens(b) for i, b in enumerate(micro_batch) if i in self.trainable_agents)
+            self._micro_step.prepared(Reading.now() - start, tokens)
         return micro_batch
 
     def training_step(self, model, inputs, num_items_in_batch):
-        """GRPOTrainer's step, with the update (forward + backward) timed apart from the rollout."""
-        start = Reading.now()
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        self._update_times.add(Reading.now() - start - self._rollout_spent, self._micro_batch_tokens)
+        """GRPOTrainer's step, with the update (forward + backward) timed apart from the rollout that the Trainer's
+        call of `_prepare_inputs` may run in it (`timing.MicroStep`, open for this call only)."""
+        self._micro_step = step = MicroStep()
+        try:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            self._micro_step = None
+        self._update_times.add(step.update(), step.tokens)
         if self._step % self.args.steps_per_generation == 0:  # a generation's rows have all been through the loss
             stats = self._ratio_from_loss.flush()
             if stats:
@@ -387,22 +433,54 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             raise ValueError("The MAGRPOTrainer does not support returning outputs")
         chunks = update_chunks(inputs, self.update_chunk_size, self.loss_type, group_prompts=self.share_prompts)
         earlier = 0.0  # the loss of the chunks already backpropagated, for the logged value
+        policy_losses = []  # each agent's and chunk's loss before the entropy bonus, for its metric
         for chunk, weights in chunks[:-1]:
             with deferred_gradient_reduction(self.accelerator, model, self.is_deepspeed_enabled):
-                loss = self.team.in_one_forward(model, partial(self._team_loss, chunk, weights))
+                loss = self.team.in_one_forward(model, partial(self._team_loss, chunk, weights, policy_losses))
                 if torch.is_grad_enabled():
                     kwargs = {"scale_wrt_gas": False} if self.is_deepspeed_enabled else {}  # as the Trainer's backward
                     self.accelerator.backward(loss, **kwargs)
             earlier = earlier + loss.detach()
-        loss = self.team.in_one_forward(model, partial(self._team_loss, *chunks[-1])) + earlier
-        self.log_policy_loss()  # with the entropy bonus, as GRPOTrainer (`update.entropy`)
+        loss = self.team.in_one_forward(model, partial(self._team_loss, *chunks[-1], policy_losses)) + earlier
+        self.log_policy_loss(policy_losses)  # with the entropy bonus, as GRPOTrainer (`update.entropy`)
         return loss
 
-    def _team_loss(self, inputs: list[dict], weights: list[float], forward: torch.nn.Module) -> torch.Tensor:
+    def _team_loss(
+        self, inputs: list[dict], weights: list[float], policy_losses: list, forward: torch.nn.Module
+    ) -> torch.Tensor:
         loss = 0.0
         for agent, (agent_inputs, weight) in enumerate(zip(inputs, weights, strict=True)):
             if agent not in self.trainable_agents:
                 continue  # a frozen agent acts in rollouts but has nothing to learn
-            with self.team.acting(agent), self._ratio_from_loss.expecting(agent, agent_inputs):
-                loss = loss + weight * self._compute_loss(forward, agent_inputs)
+            with self.team.acting(agent):
+                with self._loss_call(agent, agent_inputs) as call:
+                    agent_loss = self._compute_loss(forward, agent_inputs)  # TRL's
+                agent_loss = self.entropy_bonus(agent, agent_loss, agent_inputs, call.entropies, policy_losses)
+            loss = loss + weight * agent_loss
         return loss
+
+    @contextlib.contextmanager
+    def _loss_call(self, agent: int, rows: dict):
+        """Open for one call of TRL's `_compute_loss` on `agent`'s `rows`: the log-prob function hands it the policy's
+        forward (`update.loss_call`), which sets the rows' vLLM ratio where `RatioFromLoss` computes it."""
+        call = LossCall(self._ratio_from_loss.setter(agent, rows))
+        self._open_loss_call = call
+        try:
+            yield call
+        finally:
+            self._open_loss_call = None
+        if call.on_logps is not None and call.logps is None:  # a TRL release whose loss runs no forward of ours
+            raise RuntimeError(
+                f"MAGRPOTrainer: the loss of agent {agent} ran without computing the policy's log-probs; the "
+                "importance-sampling ratio could not be set. Use the tested TRL release (docs/versions.md)."
+            )
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """Trainer's `train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint
+        (`checkpoint.resume_folder`); when it ends, or fails, every environment instance made that defines `close()`
+        is closed, once (`environment_lifecycle`)."""
+        resume_from_checkpoint = resume_folder(self.accelerator, self.args, resume_from_checkpoint)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        finally:
+            self._close_environments()

@@ -64,7 +64,8 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
             torch.manual_seed(zlib.crc32(f"{agent}|{prompt}".encode()))
             parts.append(super()._generate_for_agent(agent, [prompt], num_generations))
         return Generation(
-            *(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions"))
+            *(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions")),
+            truncated_prompts=sum(p.truncated_prompts for p in parts),
         )
 
 

@@ -3,16 +3,18 @@
 "Task" is the user's functions; "environment" is only TRL's (`environment_factory`, whose instances are the worlds of
 `environments.worlds`). `TeamTask.first_prompts`, `score` and `next_prompts` are `rollout.run_rollout`'s `agent_prompts`,
 `score` and `transition`. The task checks what the user's functions return (naming the function, the turn and the row),
-builds each branch's history, times the reward and transition phases, and keeps the values the metrics and the
-completions table read. With TRL's `environment_factory` (`environments.worlds`), the reward functions and the transition
-also get ``environments=``: the world each joint action acted on.
+builds each branch's history and times the reward and transition phases. What one rollout's calls keep (the values the
+metrics, the completions table and the recorded trees read) is a `TaskRecord`, made for that rollout (`TeamTask.record`)
+and handed to each call: nothing of a rollout stays on the task. With TRL's `environment_factory`
+(`environments.worlds`), the reward functions and the transition also get ``environments=``: the world each joint
+action acted on.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -36,6 +38,43 @@ EMPTY_CHAT = [{"role": "user", "content": ""}]
 PLACEHOLDER_JOINT_ACTIONS = 2
 
 
+@dataclass
+class TaskRecord:
+    """What the task's calls keep during one rollout, for the trainer to log: made per rollout (`TeamTask.record`),
+    handed to `TeamTask.score` and `TeamTask.next_prompts`, and read once the rollout is over.
+
+    The rewards get `trainer_state` (the trainer's state when the rollout began; a fresh `TrainerState` for the
+    build-time check, which runs before the trainer exists). What they hand back through TRL's `log_metric(name,
+    value)` is in `logged_metrics`, through `log_extra(column, values)` in `extra_columns` (each joint action's value,
+    for the completions table; the build-time check's are checked, then dropped).
+    """
+
+    reward_names: list[str]  # the joint reward's functions, in the order of the values below
+    trainer_state: TrainerState
+    times: PhaseTimes = field(default_factory=lambda: PhaseTimes(("reward", "transition")))
+    # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
+    reward_values: dict[int, list[list[float]]] = field(default_factory=dict)
+    # (function, agent) -> a per-agent reward's values
+    agent_reward_values: defaultdict[tuple[int, int], list[float]] = field(default_factory=lambda: defaultdict(list))
+    action_rewards: dict[int, tuple] = field(default_factory=dict)  # joint action id -> each function's joint value
+    # `log_extra` column -> {(joint action id, agent or None for every agent): value} (the completions table)
+    extra_columns: dict[str, dict[tuple[int, int | None], Any]] = field(default_factory=dict)
+    logged_metrics: list[tuple[str, float]] = field(default_factory=list)  # `log_metric`'s (name, value), in order
+
+    def log_metric(self, name: str, value: float) -> None:
+        """TRL's `log_metric` reward keyword: `value` joins the step's metrics (`logged_metrics`, which the trainer
+        logs after the rollout, averaged with the step's other values of `name`)."""
+        self.logged_metrics.append((name, value))
+
+    def log_extra(self, action_ids: list[int] | None, column: str, entries: list[tuple]) -> None:
+        """`rewards.JointReward`'s `log_extra` sink: `(index in action_ids, agent or None, value)` entries; None
+        `action_ids` (the build-time check) keeps nothing."""
+        if action_ids is not None:
+            values = self.extra_columns.setdefault(column, {})
+            for j, agent, value in entries:
+                values[(action_ids[j], agent)] = value
+
+
 class TeamTask:
     """The formatters, the joint reward and the transition of one team, as the rollout calls them.
 
@@ -45,13 +84,6 @@ class TeamTask:
         formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
         worlds: the team's environments (`environments.worlds.Worlds`), or None.
-        later_turn_format: `(row, transition prompts) -> prompts`, applied to every later turn's prompts (the CoMLRL
-            face formats them with its formatters), or None: the transition's prompts as they are.
-
-    The rewards get the trainer's state as `trainer_state` (the one `start` was given; a fresh `TrainerState` for the
-    build-time check, which runs before the trainer exists). What they hand back is kept as values for the trainer to
-    log: TRL's `log_metric(name, value)` in `logged_metrics`, `log_extra(column, values)` in `extra_columns` (each
-    joint action's value, for the completions table; the build-time check's are checked, then dropped).
     """
 
     def __init__(
@@ -61,39 +93,19 @@ class TeamTask:
         formatters: list | None,
         tokenizers: list,
         worlds=None,
-        later_turn_format: Callable[[dict, list], list] | None = None,
     ):
         self.joint_reward, self.transition, self.formatters = joint_reward, transition, formatters
         self.worlds = worlds  # `environments.worlds.Worlds`, or None
-        self.later_turn_format, self.tokenizers = later_turn_format, tokenizers
+        self.tokenizers = tokenizers
         self.num_agents = len(tokenizers)
-        self.start(num_turns=1)
 
-    def log_metric(self, name: str, value: float) -> None:
-        """TRL's `log_metric` reward keyword: `value` joins the step's metrics (`logged_metrics`, which the trainer
-        logs after the rollout, averaged with the step's other values of `name`)."""
-        self.logged_metrics.append((name, value))
-
-    def _log_extra(self, action_ids: list[int] | None, column: str, entries: list[tuple]) -> None:
-        """`rewards.JointReward`'s `log_extra` sink: `(index in action_ids, agent or None, value)` entries; None
-        `action_ids` (the build-time check) keeps nothing."""
-        if action_ids is not None:
-            values = self.extra_columns.setdefault(column, {})
-            for j, agent, value in entries:
-                values[(action_ids[j], agent)] = value
-
-    def start(self, num_turns: int, trainer_state: TrainerState | None = None) -> None:
-        """Before a generation: clear the timing and the scored values; the rewards' `trainer_state` from here on."""
-        self.trainer_state = trainer_state if trainer_state is not None else TrainerState()
-        self.logged_metrics: list[tuple[str, float]] = []  # `log_metric`'s (name, value), in order
-        self.times = PhaseTimes(("reward", "transition"))
-        # turn -> per reward function, the values it returned (for `turn_{t}/rewards/{name}/mean`)
-        self.reward_values = {t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)}
-        self.agent_reward_values = defaultdict(list)  # (function, agent) -> a per-agent reward's values
-        self.action_rewards = {}  # joint action id -> each function's joint value (the completions table)
-        # `log_extra` column -> {(joint action id, agent or None for every agent): value} (the completions table)
-        self.extra_columns: dict[str, dict[tuple[int, int | None], Any]] = {}
-        self.samples = {t: [] for t in range(1, num_turns + 1)}  # turn -> (answers, joint reward), as scored
+    def record(self, num_turns: int, trainer_state: TrainerState | None = None) -> TaskRecord:
+        """A new record for one rollout of `num_turns` turns, whose rewards get `trainer_state`."""
+        return TaskRecord(
+            reward_names=list(self.joint_reward.names),
+            trainer_state=trainer_state if trainer_state is not None else TrainerState(),
+            reward_values={t: [[] for _ in self.joint_reward.names] for t in range(1, num_turns + 1)},
+        )
 
     # ------------------------------------------------------------------ the rollout's three calls
 
@@ -113,9 +125,12 @@ class TeamTask:
         self._check_chat_templates(prompts, source)
         return prompts
 
-    def score(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[float]:
-        """The joint reward of each joint action of `action_ids` (one call of each reward function per turn)."""
-        with self.times.phase("reward"):
+    def score(
+        self, record: TaskRecord, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]
+    ) -> list[float]:
+        """The joint reward of each joint action of `action_ids` (one call of each reward function per turn); what
+        the rewards return and log is kept in the rollout's `record`."""
+        with record.times.phase("reward"):
             actions = [tree.joint_actions[a] for a in action_ids]
             nodes = [tree.nodes[a.node] for a in actions]
             answers = [tree.answers(a) for a in action_ids]
@@ -126,8 +141,8 @@ class TeamTask:
             ]
             worlds = [a.environment for a in actions]
             prompts = [tree.action_prompts(a) for a in action_ids]
-            keywords = self.reward_keywords([rows[node.row] for node in nodes], prompts, worlds)
-            keywords["log_extra"] = partial(self._log_extra, action_ids)
+            keywords = self.reward_keywords(record, [rows[node.row] for node in nodes], prompts, worlds)
+            keywords["log_extra"] = partial(record.log_extra, action_ids)
             messages = None
             if nodes and nodes[0].messages:  # the agents had tools: TRL's rewards get their messages
                 messages = [
@@ -145,19 +160,20 @@ class TeamTask:
             for a, agents_own in zip(action_ids, own, strict=True):
                 tree.joint_actions[a].own_rewards = agents_own
         for f, values in enumerate(per_func):
-            self.reward_values[turn][f].extend(v for v in values if v is not None)
+            record.reward_values[turn][f].extend(v for v in values if v is not None)
         for f, agents in per_agent.items():
             for i, values in enumerate(agents):
-                self.agent_reward_values[(f, i)].extend(v for v in values if v is not None)
+                record.agent_reward_values[(f, i)].extend(v for v in values if v is not None)
         for a, values in zip(action_ids, zip(*per_func, strict=True), strict=True):
-            self.action_rewards[a] = values
-        self.samples[turn].extend(zip(answers, rewards, strict=True))
+            record.action_rewards[a] = values
         return rewards
 
-    def next_prompts(self, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]) -> list[list]:
-        """The transition of every branch that goes on (async transitions run concurrently)."""
-        with self.times.phase("transition"):
-            branch_rows, calls = [], []
+    def next_prompts(
+        self, record: TaskRecord, rows: list[dict], turn: int, tree: RolloutTree, action_ids: list[int]
+    ) -> list[list]:
+        """The transition of every branch that goes on (async transitions run concurrently), timed in `record`."""
+        with record.times.phase("transition"):
+            calls = []
             for action_id in action_ids:
                 row = rows[tree.nodes[tree.joint_actions[action_id].node].row]
                 prompt_history, response_history = tree.history(action_id)
@@ -165,9 +181,8 @@ class TeamTask:
                 history = branch_history(prompt_history, response_history, action.reward, row)
                 if self.worlds is not None:  # the branch's world, once per agent (as the other per-agent arguments)
                     history["environments"] = [action.environment] * self.num_agents
-                branch_rows.append(row)
                 calls.append((row.get("prompt"), tree.answers(action_id), history))
-            prompts = self._transitions(branch_rows, calls, turn)
+            prompts = self._transitions(calls, turn)
         return prompts
 
     # ------------------------------------------------------------------ before training
@@ -181,7 +196,7 @@ class TeamTask:
         ids = [[t.encode(PLACEHOLDER_ANSWER, add_special_tokens=False)] * count for t in self.tokenizers]
         worlds = self.worlds.check(row, prompts, count, num_turns) if self.worlds is not None else [None] * count
         try:
-            keywords = self.reward_keywords([row] * count, [prompts] * count, worlds)
+            keywords = self.reward_keywords(self.record(num_turns), [row] * count, [prompts] * count, worlds)
             with _placeholder_call(f"the joint reward {self.joint_reward.names} ({count} joint actions)"):
                 self.joint_reward(answers, 1, keywords, ids)
             if self.transition is not None and num_turns > 1:
@@ -190,22 +205,24 @@ class TeamTask:
                 if self.worlds is not None:
                     history["environments"] = [worlds[0]] * self.num_agents
                 with _placeholder_call(f"external_transition {self.transition.name!r} (one branch, after turn 1)"):
-                    self._transitions([row], [(row.get("prompt"), branch, history)], 1)
+                    self._transitions([(row.get("prompt"), branch, history)], 1)
         finally:
             if self.worlds is not None:
                 self.worlds.release()
 
     # ------------------------------------------------------------------ helpers
 
-    def reward_keywords(self, rows: list[dict], prompts: list[list], worlds: list | None = None) -> dict[str, Any]:
+    def reward_keywords(
+        self, record: TaskRecord, rows: list[dict], prompts: list[list], worlds: list | None = None
+    ) -> dict[str, Any]:
         """The values of the keywords a joint reward may take (`rewards.REWARD_KEYWORDS`, but `turn`, which the reward
-        adds per call) and of the dataset columns."""
+        adds per call) and of the dataset columns; `log_metric` and `log_extra` write into `record`."""
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
-            "trainer_state": self.trainer_state,
+            "trainer_state": record.trainer_state,
             "rows": rows,
-            "log_metric": self.log_metric,
-            "log_extra": partial(self._log_extra, None),  # `score` keeps the values of its joint actions
+            "log_metric": record.log_metric,
+            "log_extra": partial(record.log_extra, None),  # `score` keeps the values of its joint actions
         }
         if self.worlds is not None:
             keywords["environments"] = worlds
@@ -214,24 +231,13 @@ class TeamTask:
                 keywords[key] = [row.get(key) for row in rows]
         return keywords
 
-    def _transitions(self, rows: list[dict], calls: list[tuple], turn: int) -> list[list]:
-        """The next prompts of each branch: the transition's for `calls` (`(prompt, agent_completions, history)`, of
-        the dataset `rows`), through the formatters where they apply, each checked against its agent."""
+    def _transitions(self, calls: list[tuple], turn: int) -> list[list]:
+        """The next prompts of each branch: the transition's for `calls` (`(prompt, agent_completions, history)`),
+        each checked against its agent."""
         prompts = self.transition.many(calls, turn)
-        if self.later_turn_format is not None:
-            prompts = [self._formatted(row, p, turn + 1) for row, p in zip(rows, prompts, strict=True)]
-        formatted = " and the formatters" if self.later_turn_format is not None else ""
         for branch in prompts:
-            self._check_chat_templates(
-                branch, f"external_transition {self.transition.name!r}{formatted} after turn {turn}"
-            )
+            self._check_chat_templates(branch, f"external_transition {self.transition.name!r} after turn {turn}")
         return prompts
-
-    def _formatted(self, row: dict, prompts: list, turn: int) -> list:
-        formatted = self.later_turn_format(row, prompts)
-        for i, prompt in enumerate(formatted):
-            check_prompt(f"formatters[{i}] (agent {i}) at turn {turn}, on the row {_short_row(row)}", prompt, True)
-        return formatted
 
     def _check_chat_templates(self, prompts: list, source: str) -> None:
         """Chat messages go only to an agent whose tokenizer has a chat template: transformers would fail at the

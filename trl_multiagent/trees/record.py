@@ -91,7 +91,7 @@ def tree_records(
     returns: list[float],
     credited: torch.Tensor,
     advantages: torch.Tensor,
-    task,
+    task_record,
     *,
     max_completion_length: int,
     max_chars: int,
@@ -100,12 +100,12 @@ def tree_records(
     """The records of one process's tree (`rollout.RolloutTree`), one per prompt.
 
     `returns` is the team's return of each joint action (`credit.assign`); `credited` and `advantages`, of shape
-    ``(nodes, agents, K)``, are each completion's credited return and the advantage the update uses. `task` is
-    the generation's `rollout.task.TeamTask`: each joint action's value of each reward function
+    ``(nodes, agents, K)``, are each completion's credited return and the advantage the update uses. `task_record` is
+    the generation's `rollout.task.TaskRecord`: each joint action's value of each reward function
     (`action_rewards`) and the rewards' `log_extra` columns. A completion is `truncated` when the model wrote
     `max_completion_length` tokens (it was cut there, as `completions/clipped_ratio` counts it).
     """
-    names = list(task.joint_reward.names)
+    names = list(task_record.reward_names)
     by_row: dict[int, list[int]] = {}
     for n, node in enumerate(tree.nodes):
         by_row.setdefault(node.row, []).append(n)
@@ -124,7 +124,7 @@ def tree_records(
                         returns,
                         credited,
                         advantages,
-                        task,
+                        task_record,
                         names,
                         max_completion_length,
                         max_chars,
@@ -136,7 +136,7 @@ def tree_records(
     return records
 
 
-def _node_record(tree, n, local, returns, credited, advantages, task, names, max_length, max_chars) -> dict:
+def _node_record(tree, n, local, returns, credited, advantages, task_record, names, max_length, max_chars) -> dict:
     node = tree.nodes[n]
     parent = None
     if node.parent is not None:
@@ -175,7 +175,7 @@ def _node_record(tree, n, local, returns, credited, advantages, task, names, max
     actions = []
     for a in node.joint_actions:
         action = tree.joint_actions[a]
-        values = task.action_rewards.get(a, (None,) * len(names))
+        values = task_record.action_rewards.get(a, (None,) * len(names))
         record = {
             "choice": list(action.choice),
             "reward": _number(action.reward),
@@ -190,7 +190,7 @@ def _node_record(tree, n, local, returns, credited, advantages, task, names, max
             column: _json_safe(
                 values.get((a, None), [values.get((a, i)) for i in range(len(node.completions))]), max_chars
             )
-            for column, values in task.extra_columns.items()
+            for column, values in task_record.extra_columns.items()
             if (a, None) in values or any((a, i) in values for i in range(len(node.completions)))
         }
         if extra:

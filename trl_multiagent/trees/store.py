@@ -47,15 +47,15 @@ class TreeRecorder:
         every = state.logging_steps or 1
         return step % every == 0 or (step == 1 and self.args.logging_first_step)
 
-    def record(self, tree, returns, credited, advantages, task, mode: str, state) -> str | None:
-        """Gather this generation's tree from every process and write its step's file; returns the path (main
-        process) or None."""
+    def record(self, tree, returns, credited, advantages, task_record, mode: str, state) -> str | None:
+        """Gather this generation's tree (with its `rollout.task.TaskRecord`) from every process and write its step's
+        file; returns the path (main process) or None."""
         if not self.due(mode, state):
             return None
         from accelerate.utils import gather_object  # here: `read_step` and `step_files` serve the viewer without torch
 
         local = tree_records(
-            tree, returns, credited, advantages, task,
+            tree, returns, credited, advantages, task_record,
             max_completion_length=self.max_completion_length, max_chars=self.max_chars,
             process_index=self.accelerator.process_index,
         )  # fmt: skip
@@ -76,7 +76,7 @@ class TreeRecorder:
             "num_turns": self.args.num_turns,
             "discount": self.args.discount,
             "early_termination_threshold": self.args.early_termination_threshold,
-            "reward_names": list(task.joint_reward.names),
+            "reward_names": list(task_record.reward_names),
             "max_text_chars": self.max_chars,
             "prompts": self._prompts,
         }

@@ -26,14 +26,20 @@ coefficient only while the last measured entropy is at or below the target (none
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Callable
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .batching import loss_mask
 from .chunking import BATCH_NORMALISED_LOSSES
+
+
+ENTROPY_STATE_NAME = "team_entropy_state.json"  # in each checkpoint: `EntropyControl.state_dict()`
 
 
 class EntropyControl:
@@ -128,13 +134,18 @@ class EntropyStep(TrainerCallback):
 
 
 class TeamEntropyBonus:
-    """The entropy bonus of GRPOTrainer, per agent (mixed into `MAGRPOTrainer`, before `GRPOTrainer`).
+    """The entropy bonus of GRPOTrainer, per agent (mixed into `MAGRPOTrainer`, before `GRPOTrainer`), and the state
+    it owns: each agent's coefficient (`entropy_control`), saved with each checkpoint and read back on resume.
 
-    Overrides `_compute_loss`: TRL's, with its own bonus turned off (`_entropy_bonus_enabled`), minus this one, on the
-    chunk's entropies, which the trainer's log-prob function keeps (`loss_entropies`). A chunk's mean entropy is scaled
-    by its share of the agent's loss tokens over its loss weight (`chunking.update_chunks` sets both), so that the
-    weighted chunks add up to the mean over the micro-batch. TRL's `policy_loss` metric (the loss before the bonus, the
-    team's sum) is logged once per micro-batch by `log_policy_loss`, as GRPOTrainer logs it when the bonus is on.
+    TRL's own bonus is off (`_entropy_bonus_enabled`); `entropy_bonus` subtracts this one from the loss of one call
+    of TRL's `_compute_loss`, on the entropies of that call's forward (`loss_call.LossCall`). A chunk's mean entropy is
+    scaled by its share of the agent's loss tokens over its loss weight (`chunking.update_chunks` sets both), so that
+    the weighted chunks add up to the mean over the micro-batch. TRL's `policy_loss` metric (the loss before the
+    bonus, the team's sum) is logged once per micro-batch by `log_policy_loss`, as GRPOTrainer logs it when the bonus
+    is on.
+
+    Overrides `_save_checkpoint` and `_load_optimizer_and_scheduler`, as GRPOTrainer does for its one coefficient: the
+    coefficients are written into each checkpoint (`ENTROPY_STATE_NAME`) and read back where the optimizer is.
     """
 
     @property
@@ -153,19 +164,21 @@ class TeamEntropyBonus:
     def _set_up_entropy_bonus(self, args) -> None:
         self.entropy_control = EntropyControl.from_args(args, self.num_agents)
         # GRPOTrainer's bonus, adaptive control and `entropy_ctrl_state.json` are off: this class holds them per agent
-        self._entropy_bonus_enabled, self.use_adaptive_entropy, self.loss_entropies = False, False, None
-        self._policy_loss = 0.0  # of the micro-batch's chunks so far
+        self._entropy_bonus_enabled, self.use_adaptive_entropy = False, False
         if self.entropy_control is not None:
             self.add_callback(EntropyStep(self.entropy_control, self.accelerator, self._log_metrics))
 
-    def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
+    def entropy_bonus(
+        self, agent: int, loss: torch.Tensor, inputs: dict, entropies: torch.Tensor | None, policy_losses: list
+    ) -> torch.Tensor:
+        """`loss`, TRL's `_compute_loss` of `agent`'s `inputs`, less the agent's bonus on the `entropies` of that
+        call's forward; its policy term goes into `policy_losses` (the micro-batch's, for `log_policy_loss`)."""
         if self.entropy_control is None:
             return loss
         training, weight = self.model.training, inputs.get("loss_weight", 1.0)
         accumulation = self.current_gradient_accumulation_steps if training else 1.0
-        self._policy_loss += weight * loss.detach() * policy_loss_scale(self.loss_type, accumulation)
-        agent, entropies, mask = self.team.active, self.loss_entropies, loss_mask(inputs)
+        policy_losses.append(weight * loss.detach() * policy_loss_scale(self.loss_type, accumulation))
+        mask = loss_mask(inputs)
         if self.top_entropy_quantile < 1.0:  # the tokens the policy loss acts on, as TRL's bonus
             mask = mask * self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
         if training:
@@ -174,10 +187,31 @@ class TeamEntropyBonus:
         scale = inputs.get("token_share", 1.0) / weight if weight else 0.0
         return loss - self.entropy_control.applied(agent) * mean * scale / accumulation
 
-    def log_policy_loss(self) -> None:
-        """After a micro-batch's loss: TRL's `policy_loss` metric, the mean over the processes of the team's."""
+    def log_policy_loss(self, policy_losses: list) -> None:
+        """After a micro-batch's loss: TRL's `policy_loss` metric, the mean over the processes of the team's (the sum
+        of `policy_losses`, which `entropy_bonus` filled)."""
         if self.entropy_control is not None:
-            value = torch.as_tensor(self._policy_loss, dtype=torch.float32, device=self.accelerator.device)
+            total = sum(policy_losses, 0.0)
+            value = torch.as_tensor(total, dtype=torch.float32, device=self.accelerator.device)
             mode = "train" if self.model.training else "eval"
             self._metrics[mode]["policy_loss"].append(self.accelerator.gather(value).nanmean().item())
-            self._policy_loss = 0.0
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's checkpoint, then, with the adaptive control, each agent's coefficient in it."""
+        super()._save_checkpoint(model, trial)
+        control = self.entropy_control
+        if control is not None and control.adaptive and self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            with open(os.path.join(folder, ENTROPY_STATE_NAME), "w") as file:
+                json.dump(control.state_dict(), file)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """The Trainer's, then, with the adaptive control, each agent's coefficient where the checkpoint has them."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        control = self.entropy_control
+        path = os.path.join(checkpoint, ENTROPY_STATE_NAME) if checkpoint is not None else None
+        if control is not None and control.adaptive and path is not None and os.path.isfile(path):
+            with open(path) as file:
+                control.load_state_dict(json.load(file))

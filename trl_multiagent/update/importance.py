@@ -8,8 +8,9 @@ package replaces, so the same rule lives here.
 
 from __future__ import annotations
 
-import contextlib
 import math
+from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -130,37 +131,22 @@ class RatioFromLoss:
     log-probs before it reads `importance_sampling_ratio` (or OPSM's `sampling_per_token_logps`, or VESPO's ratio),
     so the ratio is set into the rows the moment the log-probs exist:
 
-    - `expecting(agent, rows)` around the loss of rows that carry sampler log-probs and no ratio;
-    - `observe(logps)` in the log-prob function: the first log-probs computed inside `expecting` are the rows';
+    - `setter(agent, rows)`: for the loss call of rows that carry sampler log-probs and no ratio, what the call hands
+      the policy's log-probs to (`loss_call.LossCall`); None for other rows;
     - `flush()` once a generation's rows have all been through the loss: each agent's `sampling_stats` (TRL's
       `sampling/*` metrics, over the same rows as the separate pass would report).
     """
 
     def __init__(self, args):
         self.args = args
-        self._expected: tuple[int, dict] | None = None
         self._values: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
-    @contextlib.contextmanager
-    def expecting(self, agent: int, rows: dict):
+    def setter(self, agent: int, rows: dict) -> Callable[[torch.Tensor], None] | None:
         if "importance_sampling_ratio" in rows or "sampling_per_token_logps" not in rows:
-            yield
-            return
-        self._expected = (agent, rows)
-        try:
-            yield
-            if self._expected is not None:  # a TRL release that no longer computes the policy's log-probs first
-                raise RuntimeError(
-                    f"RatioFromLoss: the loss of agent {agent} ran without computing the policy's log-probs; the "
-                    "importance-sampling ratio could not be set. Use the tested TRL release (docs/versions.md)."
-                )
-        finally:
-            self._expected = None
+            return None
+        return partial(self._set, agent, rows)
 
-    def observe(self, logps: torch.Tensor) -> None:
-        if self._expected is None:
-            return
-        (agent, rows), self._expected = self._expected, None
+    def _set(self, agent: int, rows: dict, logps: torch.Tensor) -> None:
         self._values.setdefault(agent, []).append(add_importance_sampling_ratio(rows, logps.detach(), self.args))
 
     def flush(self) -> dict[int, dict[str, float]]:
