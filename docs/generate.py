@@ -115,6 +115,7 @@ LAYOUT: dict[str, dict[str, list[str]]] = {
         ],
         "update": [
             "update", "update.batching", "update.chunking", "update.prefix", "update.importance", "update.entropy",
+            "update.loss_call",
         ],
         "team": [
             "team", "team.agent_team", "team.assembly", "team.model_config", "team.optimizer", "team.reference_sync",
