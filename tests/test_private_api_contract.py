@@ -436,7 +436,7 @@ def test_compute_loss_weights_tokens_by_the_importance_sampling_ratio(tmp_path):
 
 @contract(
     "trl", "GRPOTrainer._compute_loss", "GRPOTrainer._get_per_token_logps_and_entropies",
-    used_in="trainer.py (`_loss_call`), update/loss_call.py",
+    used_in="trainer.py, update/loss_call.py",
 )  # fmt: skip
 def test_compute_loss_runs_one_policy_forward_before_it_reads_the_ratio(tmp_path):
     """What `update.loss_call` relies on: one call of `_compute_loss` runs the policy's forward once, with entropies,
