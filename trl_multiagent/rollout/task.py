@@ -67,7 +67,7 @@ class TaskRecord:
         self.logged_metrics.append((name, value))
 
     def log_extra(self, action_ids: list[int] | None, column: str, entries: list[tuple]) -> None:
-        """`rewards.JointReward`'s `log_extra` sink: `(index in action_ids, agent or None, value)` entries; None
+        """`rewards.joint.JointReward`'s `log_extra` sink: `(index in action_ids, agent or None, value)` entries; None
         `action_ids` (the build-time check) keeps nothing."""
         if action_ids is not None:
             values = self.extra_columns.setdefault(column, {})
@@ -79,7 +79,7 @@ class TeamTask:
     """The formatters, the joint reward and the transition of one team, as the rollout calls them.
 
     Args:
-        joint_reward: the team's reward functions (`rewards.JointReward`).
+        joint_reward: the team's reward functions (`rewards.joint.JointReward`).
         transition: the user's transition (`callables.Transition`), or None with one turn.
         formatters: one callable per agent mapping a dataset row to its prompt, or None (the row's `prompt`).
         tokenizers: one per agent: chat prompts need a chat template, and `completion_ids` of the placeholder call.
@@ -215,7 +215,7 @@ class TeamTask:
     def reward_keywords(
         self, record: TaskRecord, rows: list[dict], prompts: list[list], worlds: list | None = None
     ) -> dict[str, Any]:
-        """The values of the keywords a joint reward may take (`rewards.REWARD_KEYWORDS`, but `turn`, which the reward
+        """The values of the keywords a joint reward may take (`rewards.joint.REWARD_KEYWORDS`, but `turn`, which the reward
         adds per call) and of the dataset columns; `log_metric` and `log_extra` write into `record`."""
         keywords = {
             "prompts": [[p[i] for p in prompts] for i in range(self.num_agents)],
