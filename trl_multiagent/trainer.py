@@ -141,6 +141,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.task = inputs.tokenizers, inputs.task
+        self.credit_rules = inputs.credit_rules  # the credit options, looked up once (`credit.options.rules_of`)
         self.tool_calling, self.last_rollout = inputs.tool_calling, None
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
@@ -229,7 +230,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             num_agents=self.num_agents,
             num_generations=k,
             num_turns=self.args.num_turns,
-            joint_mode=self.args.joint_mode,
+            joint_mode=self.credit_rules.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
             generate=lambda agent, prompts, worlds, samples: self._generate_for_agent(agent, prompts, samples, worlds),
@@ -237,8 +238,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             transition=partial(self.task.next_prompts, rows),
             sync=partial(sync_turn, self.accelerator),
             worlds=self.task.worlds,
-            branching=self.args.branching,
-            branching_top_m=self.args.branching_top_m,
+            branching=self.credit_rules.branching,
+            branching_top_m=self.credit_rules.branching_top_m,
         )
         self.environments = self.last_rollout.first_worlds() or None
         return self.last_rollout
@@ -248,7 +249,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         k = self.num_generations if mode == "train" else self.num_generations_eval
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         tree = self.rollout(rows, k)
-        returns, credited, advantages = credit.assign(tree, args)  # advantages: (nodes, agents, K)
+        returns, credited, advantages = credit.assign(tree, self.credit_rules)  # advantages: (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
