@@ -128,7 +128,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         formatters: Sequence[Callable[[dict], Any]] | None = None,
         **unexpected,
     ):
-        if unexpected:  # named with the closest arguments, or, for CoMLRL's, with TRL's name and the CoMLRL face
+        if unexpected:  # named with the closest arguments, or, for another face's, with TRL's name and that face
             raise TypeError(unexpected_trainer_keyword(type(self), next(iter(unexpected))))
         # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the small
         # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).

@@ -99,7 +99,7 @@ class MAGRPOConfig(TRLFaceConfig):
         reference_kl_enabled (`bool`, defaults to `False`), reference_kl_coef (`float`, defaults to `0.1`): `beta`.
     """
 
-    points_to_comlrl_face = False  # a refused name here gets the closest CoMLRL and TRL names (`KnownKeywords`)
+    names_other_faces = False  # a refused name here gets the closest CoMLRL and TRL names (`KnownKeywords`)
 
     # CoMLRL's defaults for the fields both configs have
     num_train_epochs: float = field(default=20, metadata={"help": "Total number of training epochs (CoMLRL: 20)."})
