@@ -1,13 +1,13 @@
 """CoMLRL 1.4.3's `MAGRPOConfig`: its names and defaults, as fields of a subclass of the TRL face's config.
 
 Each CoMLRL name is a field with CoMLRL's default; `__post_init__` checks CoMLRL's values (`check_comlrl_values`) and
-sets the TRL fields they mean (`translate`, from the one table `TRL_FIELDS` and the batch layout's rules) before
-GRPOConfig's own `__post_init__` derives the batch layout from them. A CoMLRL name set after construction is checked by
-the same function and applied from the same table when the trainer is built (`check_late_changes`). Two CoMLRL names are `TrainingArguments`
-properties, `train_batch_size` and `eval_batch_size` (rows per step, times devices): here they are `InitVar`s, so that
-`inspect.signature(MAGRPOConfig.__init__)` lists them (CoMLRL's companion scripts keep only the keys it lists), they
-set what they mean, and reading them gives `TrainingArguments`' values, which the Trainer uses; CoMLRL's values are
-`config.comlrl_batch_sizes`. Setting one after construction is refused (docs/from_comlrl.md).
+sets the TRL fields they mean (`translate`: the one table `TRL_FIELDS`, and the batch layout) before GRPOConfig's own
+`__post_init__` derives the batch layout from them. A CoMLRL name set after construction is checked by the same function
+and applied from the same table when the trainer is built (`check_late_changes`). Two CoMLRL names are
+`TrainingArguments` properties, `train_batch_size` and `eval_batch_size` (rows per step, times devices): here they are
+`InitVar`s, so that `inspect.signature(MAGRPOConfig.__init__)` lists them (CoMLRL's companion scripts keep only the keys
+it lists), they set what they mean, and reading them gives `TrainingArguments`' values, which the Trainer uses; CoMLRL's
+values are `config.comlrl_batch_sizes`. Setting one after construction is refused (docs/from_comlrl.md).
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def _check_one_device(name: str, spec) -> None:
 
 def translate(config: MAGRPOConfig) -> None:
     """Set the TRL fields that CoMLRL's names mean (`TRL_FIELDS`, and the batch layout), before GRPOConfig derives the
-    batch layout from them; CoMLRL's values are checked (`check_comlrl_values`)."""
+    batch layout from them; `check_comlrl_values` has refused what CoMLRL refuses."""
     config.joint_mode = core_joint_mode(config)
     config.parallel_training = _parallel_mode(config.parallel_training)
     for comlrl_name, (trl_name, value) in TRL_FIELDS.items():
