@@ -3,7 +3,9 @@ offline), not only on the built site.
 
 - `docs/configuration.md`: the table of the fields `MAGRPOConfig` adds, and of the `GRPOConfig` fields it declares
   again with another default or help text, from the dataclass metadata (the same `help` text `--help` prints);
-- `docs/quickstart.md`: the README's `## Quickstart` section, as `tests/test_quickstart.py` runs it.
+- `docs/quickstart.md`: the README's `## Quickstart` section, as `tests/test_quickstart.py` runs it;
+- `docs/architecture.md`: the core and the periphery, each module with its line count, from `LAYOUT` below; a module
+  of `trl_multiagent/` that `LAYOUT` does not place, or a name there that is gone, is an error (`--check` exits 1).
 
 Each generated part sits between `<!-- BEGIN GENERATED: name -->` and `<!-- END GENERATED: name -->`.
 
@@ -21,8 +23,6 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
-# The pages document this checkout's package, not whichever copy is installed (an editable install of another one)
-sys.path.insert(0, str(ROOT))
 
 _CODE_SPAN = re.compile(r"(`[^`]*`)")
 
@@ -95,12 +95,134 @@ def readme_quickstart() -> str:
     return section.group(1).strip()
 
 
+# Every module of trl_multiagent/, in the core (what one training step needs) or in the periphery (what a step runs
+# without), by group. A module is named dotted, from the package (`update.batching`; a package's `__init__.py` by the
+# package's name, `update`; the package's own `__init__`); a name ending in `/` places a whole package. The core
+# names its modules one by one, so that a module added to a core package is placed by a decision, not by default.
+LAYOUT: dict[str, dict[str, list[str]]] = {
+    "core": {
+        "config": ["__init__", "config", "keywords", "devices"],
+        "arguments": [
+            "arguments", "arguments.datasets", "arguments.environments", "arguments.first_rows", "arguments.functions",
+            "arguments.grpo", "arguments.learning_rates",
+        ],
+        "trainer": ["trainer", "checkpoint", "distributed", "metrics", "timing"],
+        "rollout": ["rollout", "rollout.tree", "rollout.task", "callables"],
+        "credit": ["credit", "credit.returns", "credit.options"],
+        "rewards": [
+            "rewards", "rewards.joint", "rewards.wrappers", "rewards.signatures", "rewards.values", "rewards.models",
+            "rewards.log_extra",
+        ],
+        "update": [
+            "update", "update.batching", "update.chunking", "update.prefix", "update.importance", "update.entropy",
+        ],
+        "team": [
+            "team", "team.agent_team", "team.assembly", "team.model_config", "team.optimizer", "team.reference_sync",
+        ],
+        "generation": [
+            "generation", "generation.base", "generation.factory", "generation.hf", "generation.limits",
+            "generation.output",
+        ],
+    },
+    "periphery": {
+        "the CoMLRL face": ["comlrl/"],
+        "evaluation": ["evaluation/"],
+        "demo and its commands": ["demo/", "models", "plot", "flags"],
+        "viewer and trees": ["view/", "trees/"],
+        "environments and tools": ["environments/", "environment_lifecycle", "rollout.tools"],
+        "vLLM back-ends": [
+            "generation.vllm_base", "generation.vllm_colocate", "generation.vllm_server", "generation.vllm_settings",
+            "generation.vllm_process", "generation.vllm_cpu",
+        ],
+        "saved teams' cards, prepared models": ["model_card", "prepared_models", "embedded_model"],
+        "diagnostics": ["diagnostics"],
+        "a learned critic (no step calls it yet)": ["critic/"],
+        "TRL 1.15": ["trl_release"],
+    },
+}  # fmt: skip
+
+
+class UnplacedModules(ValueError):
+    """The package and `LAYOUT` disagree: a module placed nowhere (or twice), or a name of `LAYOUT` that is gone."""
+
+
+def module_lines(package: Path) -> dict[str, int]:
+    """Each module of `package`, named as in `LAYOUT`, -> its number of lines."""
+    lines = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        lines[".".join(parts)] = len(path.read_text(encoding="utf-8").splitlines())
+    return lines
+
+
+def placed(layout: dict[str, dict[str, list[str]]], lines: dict[str, int]) -> dict[tuple[str, str], dict[str, int]]:
+    """(side, group) -> {module: lines}, each module of `lines` in exactly one group; `UnplacedModules` otherwise."""
+    groups, where, gone = {}, {}, []
+    for side, side_groups in layout.items():
+        for group, names in side_groups.items():
+            members = {}
+            for name in names:
+                if name.endswith("/"):
+                    package = name[:-1]
+                    found = [m for m in lines if m == package or m.startswith(package + ".")]
+                else:
+                    found = [name] if name in lines else []
+                if not found:
+                    gone.append(name)
+                for module in found:
+                    members[module] = lines[module]
+                    where.setdefault(module, []).append(group)
+            groups[side, group] = members
+    unplaced = sorted(module for module in lines if module not in where)
+    twice = {module: places for module, places in where.items() if len(places) > 1}
+    if unplaced or twice or gone:
+        raise UnplacedModules(
+            "docs/generate.py's LAYOUT and trl_multiagent/ disagree: "
+            + "; ".join(
+                text
+                for text in (
+                    unplaced and f"modules placed in neither the core nor the periphery: {unplaced}",
+                    twice and f"modules placed twice: {twice}",
+                    gone and f"names that are no module of the package: {gone}",
+                )
+                if text
+            )
+        )
+    return groups
+
+
+def layout_tables(groups: dict[tuple[str, str], dict[str, int]]) -> str:
+    """One table per side: each group's modules with their lines, the group's total; then the totals."""
+    text, totals = [], {}
+    for side, title in (("core", "The core"), ("periphery", "The periphery")):
+        rows = [(group, members) for (group_side, group), members in groups.items() if group_side == side]
+        totals[side] = sum(sum(members.values()) for _, members in rows), sum(len(members) for _, members in rows)
+        text += [
+            f"**{title}**: {totals[side][0]:,} lines in {totals[side][1]} modules.",
+            "",
+            "| Group | Modules (lines) | Lines |",
+            "| --- | --- | ---: |",
+        ]
+        for group, members in rows:
+            modules = ", ".join(f"`{module}` ({count})" for module, count in members.items())
+            text.append(f"| {group} | {modules} | {sum(members.values()):,} |")
+        text.append("")
+    core, periphery = totals["core"][0], totals["periphery"][0]
+    text.append(f"The package: {core + periphery:,} lines, {core / (core + periphery):.0%} of them in the core.")
+    return "\n".join(text)
+
+
 def generated_parts() -> dict[str, dict[str, str]]:
     """Page -> {part name: its text}."""
     own, changed = config_fields()
     return {
         "docs/configuration.md": {"config-fields": wrapped(table(own)), "changed-fields": wrapped(table(changed))},
         "docs/quickstart.md": {"readme-quickstart": readme_quickstart()},
+        "docs/architecture.md": {
+            "core-and-periphery": layout_tables(placed(LAYOUT, module_lines(ROOT / "trl_multiagent")))
+        },
     }
 
 
@@ -119,8 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="fail when a page's generated part is stale")
     check = parser.parse_args(argv).check
+    # The pages document this checkout's package, not whichever copy is installed (an editable install of another one)
+    sys.path.insert(0, str(ROOT))
+    try:
+        pages = generated_parts()
+    except UnplacedModules as error:
+        print(error, file=sys.stderr)
+        return 1
     stale = []
-    for name, parts in generated_parts().items():
+    for name, parts in pages.items():
         path = ROOT / name
         current = path.read_text(encoding="utf-8")
         new = filled(current, parts)
@@ -131,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if check and stale:
         print(f"stale generated parts in {stale}: run `python docs/generate.py`", file=sys.stderr)
         return 1
-    print(("rewrote " if stale else "current: ") + ", ".join(stale or generated_parts()))
+    print(("rewrote " if stale else "current: ") + ", ".join(stale or pages))
     return 0
 
 

@@ -6,6 +6,7 @@ termination on (so ranks hold uneven trees). Marked `distributed`; they run in t
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,11 +40,23 @@ def launch(output_dir, *args, nproc=2, timeout=600):
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                    "--master_port", str(free_port()), WORKER]  # fmt: skip
     start = time.perf_counter()
-    result = subprocess.run(
-        [*command, "--output_dir", str(output_dir), *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+    result = run_in_own_group([*command, "--output_dir", str(output_dir), *map(str, args)], timeout, env=env)
     return result, time.perf_counter() - start
+
+
+def run_in_own_group(command, timeout, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run` with output captured, in a process group of its own that is killed whole on a timeout: a
+    launcher's ranks left running would take the CPU from every later test."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"{command[:6]}... ran past {timeout} s\n{stdout[-3000:]}\n{stderr[-6000:]}") from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def finished(output_dir, *args, nproc=2):
@@ -334,10 +347,7 @@ def test_recipe_under_accelerate_launch(tmp_path, tiny_model_dir, config, env):
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--max_new_tokens", "8",
         "--num_train_epochs", "1", "--report_to", "none",
     ]  # fmt: skip
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
-    )  # fmt: skip
+    result = run_in_own_group(command, 600, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     from transformers import AutoModelForCausalLM
 
@@ -417,8 +427,18 @@ def launch_two_nodes(output_dirs, *args, mode="ddp", timeout=600, check=True):
                    "--main_process_ip", "127.0.0.1", "--main_process_port", port, "--num_processes", "2",
                    "--mixed_precision", "no", "--dynamo_backend", "no", WORKER, "--output_dir", str(output_dir),
                    *map(str, args)]  # fmt: skip
-        nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
-    outputs = [node.communicate(timeout=timeout)[0] for node in nodes]
+        nodes.append(
+            subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+            )
+        )
+    try:
+        outputs = [node.communicate(timeout=timeout)[0] for node in nodes]
+    except subprocess.TimeoutExpired:  # both nodes' launchers and ranks, so that none runs on into later tests
+        for node in nodes:
+            os.killpg(node.pid, signal.SIGKILL)
+        outputs = [node.communicate()[0] for node in nodes]
+        raise AssertionError(f"two nodes ran past {timeout} s\n" + "\n\n".join(o[-4000:] for o in outputs)) from None
     if not check:
         return [node.returncode for node in nodes], outputs
     for node, output in zip(nodes, outputs, strict=True):
@@ -508,9 +528,7 @@ def test_a_round_of_tool_calls_on_one_rank_only_keeps_zero3_in_step(tmp_path):
         "--num_processes", "2", "--main_process_port", str(free_port()), "--mixed_precision", "no",
         os.path.join(DS_CONFIGS, "run_tool_team.py"), "--output_dir", str(tmp_path),
     ]  # fmt: skip
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    result = run_in_own_group(command, 300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     with open(tmp_path / "info.json") as f:
         info = json.load(f)

@@ -16,7 +16,7 @@ FLOORS = [
     ["devices", "timing", "flags", "model_card", "prepared_models", "embedded_model", "callables", "generation.output"]
     + ["keywords"]
     + ["trl_release"]
-    + ["credit", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole
+    + ["credit", "critic", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole
     ["team", "update", "generation.limits"],
     ["generation"],
     ["rollout"],

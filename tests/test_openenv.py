@@ -5,7 +5,7 @@
   ``def reward_func(environments, **kwargs)``, for a team of two on OpenSpiel's tiny Hanabi and on echo servers.
 * No HTTP: `trl_multiagent.environments.openenv.OpenEnvWorld` over the server's environment class, forked by deepcopy.
 * A server killed mid-rollout: the error names the environment, the row, the turn and the call, and the checkpoints
-  saved before it are whole (the multi-process case is in test_openenv_distributed.py).
+  saved before it are whole; under one of two processes, both stop with its message.
 
 The agents' tokens come from real generation, then are replaced by a script (which moves each agent makes), as in
 tests/distributed/run_tool_team.py: the tiny random model would rarely write a call. Everything past the tokens (the

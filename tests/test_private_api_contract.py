@@ -99,7 +99,7 @@ transformers
   writes the weights.
 - `PreTrainedModel._tied_weights_keys` / `all_tied_weights_keys` -- checkpoint.py (`load_agent_weights`) -- the keys
   `save_pretrained` leaves out of a tied model's file are among them.
-- `PretrainedConfig._name_or_path` -- team/assembly.py, rewards/models.py, compat/comlrl.py -- after
+- `PretrainedConfig._name_or_path` -- team/assembly.py, rewards/models.py, comlrl/trainer.py, comlrl/arguments.py -- after
   `from_pretrained(folder)`, the folder (or hub id) the model was loaded from.
 
 accelerate
@@ -210,7 +210,7 @@ def contract(library: str, *names: str, used_in: str):
                     f"package to this {library} release, or install a tested one (pyproject.toml)."
                 ) from error
 
-        checked.contract = (library, names)
+        checked.contract, checked.used_in = (library, names), used_in
         return checked
 
     return decorate
@@ -776,7 +776,7 @@ def test_tied_weights_left_out_of_the_file_are_listed(tmp_path):
     assert missing and set(missing) <= tied, (missing, tied)
 
 
-@contract("transformers", "PretrainedConfig._name_or_path", used_in="team/assembly.py, rewards/models.py, compat/")
+@contract("transformers", "PretrainedConfig._name_or_path", used_in="team/assembly.py, rewards/models.py, comlrl/")
 def test_config_name_or_path_is_where_the_model_came_from(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
@@ -1006,6 +1006,19 @@ def test_every_contract_is_listed_in_the_docstring():
         if name not in __doc__.replace("`", "")
     ]
     assert not missing, f"contracts not described in this module's docstring: {missing}"
+
+
+def test_every_contract_names_where_the_package_uses_it():
+    """`used_in` names files or folders of `trl_multiagent/` that exist (a module moved takes its contracts along)."""
+    package = pathlib.Path(__file__).resolve().parent.parent / "trl_multiagent"
+    gone = [
+        (name, place)
+        for name, test in globals().items()
+        if hasattr(test, "contract")
+        for place in test.used_in.split(", ")
+        if not (package / place).exists()
+    ]
+    assert gone == [], f"contracts naming places that are not in trl_multiagent/: {gone}"
 
 
 # Private names the package uses that a library file below also defines, but which are the package's own.

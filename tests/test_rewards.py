@@ -425,11 +425,11 @@ def test_an_environment_reward_called_per_joint_action_gets_its_own_world():
     assert total == [2.0, 3.0]
 
 
-def test_the_environment_gives_a_value_for_every_reward_keyword():
-    """`rewards.REWARD_KEYWORDS` is the one list: the environment gives each keyword a value (`turn` is the reward's
-    own, per call), and the dataset's columns beside them."""
+def test_the_task_gives_a_value_for_every_reward_keyword():
+    """`rewards.joint.REWARD_KEYWORDS` is the one list: the rollout's task gives each keyword a value (`turn` is the
+    reward's own, per call), and the dataset's columns beside them."""
     reward = JointReward([lambda completions_0, completions_1: [0.0]], None, num_agents=2)
-    environment = TeamTask(reward, None, None, tokenizers=[None, None], worlds=object())
-    keywords = environment.reward_keywords([{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
+    task = TeamTask(reward, None, None, tokenizers=[None, None], worlds=object())
+    keywords = task.reward_keywords([{"prompt": "p", "level": 3}], [["p0", "p1"]], worlds=["world"])
     assert set(keywords) == {*rewards_module.REWARD_KEYWORDS, "level"} - {"turn"}
     assert keywords["environments"] == ["world"] and keywords["level"] == [3]

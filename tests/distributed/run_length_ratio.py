@@ -6,6 +6,7 @@ Launched by tests/test_distributed.py under torchrun with 2 processes (gloo on C
 import argparse
 import atexit
 import contextlib
+import faulthandler
 import gc
 import json
 import math
@@ -180,6 +181,9 @@ def gloo_threads():
 
 
 def main():
+    # The tests give a launch 600 s: a rank still running after 540 prints every thread's stack and exits, so that a
+    # hang fails its test saying where each rank stood (CI saw one hang once, after the run's last save).
+    faulthandler.dump_traceback_later(540, exit=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--per_device_train_batch_size", type=int, default=4)

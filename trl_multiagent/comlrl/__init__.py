@@ -11,14 +11,11 @@ paths::
     from trl_multiagent.comlrl.utils import read_checkpoint_metadata
 
 CoMLRL's other public names (its actor-critic and preference trainers, its helpers) raise an `ImportError` that names
-them (`not_provided`).
-
-No module outside this package imports it or holds a CoMLRL name (its arguments, fields and keywords;
-tests/test_layers.py): the TRL face refuses one with its TRL equivalent from this face's table (`names`), which the
-package's `__init__`, above both faces, registers with `keywords`. Outside it CoMLRL is named in prose only: docstrings
-and comments that point to this face or say where a convention comes from, the credit options that come from CoMLRL
-(`credit.options`: the `max` baseline, `group_zscore`), and the hint of one message (`arguments.datasets`: one prompt
-per step, as CoMLRL trains) (docs/from_comlrl.md).
+them (`not_provided`). Outside this package no module uses CoMLRL's own names or imports from it
+(`tests/test_layers.py`): the TRL face tells a user who gives it a CoMLRL name what TRL calls it from this face's table
+(`names`), which the package's `__init__`, above both faces, registers with `keywords`. Elsewhere CoMLRL is mentioned to
+point to this face, as the source of a credit option, in a comparison, or in the hint of one message
+(`arguments.datasets`: one prompt per step, as CoMLRL trains) (docs/from_comlrl.md).
 """
 
 from .config import MAGRPOConfig

@@ -3,8 +3,8 @@
 CoMLRL calls the joint reward once per joint action, with a one-element list per agent, `batch_items=[row]` when the
 function takes it (or ``**kwargs``), the prompt by position or as `prompts=` by what the signature shows, and keeps
 the first value of what it returns, through `reward_processor`. `comlrl_reward` makes that call from the core's
-`per_joint_action` one. It calls the transition by keyword with its five names (`comlrl_transition`), and formats
-every later turn's prompts with the formatters unless `external_prompt_passthrough` (`later_turn_formatter`).
+`per_joint_action` one. `comlrl_transition` calls the transition by keyword with its five names and, unless
+`external_prompt_passthrough`, formats every later turn's prompts with the formatters.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Scaling:
     scaled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (groups, K) centred, returns -> advantages
     doc: str
     paper: str
-    per_agent: bool = False  # `scaled` sees one agent's groups at a time (`credit.team_advantages` splits the team)
+    per_agent: bool = False  # `scaled` sees one agent's groups at a time (`returns.team_advantages` splits the team)
 
 
 @dataclass(frozen=True)
