@@ -88,6 +88,19 @@ def test_num_turns_below_one_is_refused_naming_it(tmp_path):
         config(tmp_path, num_turns=0)
 
 
+def test_each_rule_runs_once_when_the_config_is_built(tmp_path, monkeypatch):
+    """CoMLRL's values are checked once when the config is built (`check_comlrl_values`; again only when a trainer is
+    built, for a name set since), and so are the TRL face's rules (`num_generations`, before GRPOConfig's own)."""
+    from trl_multiagent import config as trl_face
+    from trl_multiagent.comlrl import config as comlrl_face
+
+    calls, check, rule = [], comlrl_face.check_comlrl_values, trl_face.MAGRPOConfig._check_num_generations
+    monkeypatch.setattr(comlrl_face, "check_comlrl_values", lambda c: calls.append("CoMLRL's") or check(c))
+    monkeypatch.setattr(trl_face.MAGRPOConfig, "_check_num_generations", lambda c: calls.append("K") or rule(c))
+    config(tmp_path)
+    assert calls == ["CoMLRL's", "K"]
+
+
 def test_refusals_in_comlrl_words(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="Either agent_model or agents"):
         MAGRPOTrainer(reward_func=joint_score, args=config(tmp_path))

@@ -96,6 +96,21 @@ def test_top_two_expands_the_two_best_and_ties_go_to_the_earlier():
     assert returns[:4] == pytest.approx([0.75, 1.15, 0.75, 0.35])
 
 
+def test_the_rollout_checks_its_branching_once_not_per_node(monkeypatch):
+    """Given a name, the rollout looks its branching rule up once; given the strategy the trainer looked up once
+    (`credit_options.CreditRules`), not at all: nothing is checked per node, and the tree is the same."""
+    calls, check = [], credit_options.check_branching
+    monkeypatch.setattr(credit_options, "check_branching", lambda *given: calls.append(given) or check(*given))
+    rewards = by_index({1: [0.5, 0.9, 0.5, 0.1], 2: [0.0, 1.0, 0.0, 0.3], 3: [0.2, 0.1, 0.0, 0.4]})
+    rows = [{"prompt": "p"}, {"prompt": "q"}]
+    named = grow(rows, k=4, turns=3, reward=rewards, branching="top", top_m=2)  # 2 + 4 nodes go on
+    assert calls == [("top", 2)]
+    looked_up = grow(rows, k=4, turns=3, reward=rewards, branching=credit_options.BRANCHINGS["top"], top_m=2)
+    assert calls == [("top", 2)]
+    assert [a.pruned for a in looked_up.joint_actions] == [a.pruned for a in named.joint_actions]
+    assert sum(a.pruned for a in named.joint_actions) == 2 * 2 + 4 * 2
+
+
 def test_branching_all_is_unchanged_and_ended_nodes_are_not_pruned():
     rewards = {1: [0.2, 0.9], 2: [0.1, 0.4]}
     full = grow([{"prompt": "p"}], k=2, turns=2, reward=by_index(rewards))

@@ -1,6 +1,7 @@
 """The package's floors (docs/architecture.md): each module imports only from its own floor or the floors below,
-the CoMLRL face (`comlrl/`) sits on top of the TRL face and its names are known there only, and the core imports none of
-the demo tooling, nor names it in a string (an `importlib` spec or a `module:function` default)."""
+the CoMLRL face (`comlrl/`) sits on top of the TRL face and its names are known there only (the TRL face's refusal of
+one reads the face's table, which the package's `__init__` registers), and the core imports none of the demo tooling nor
+of the CoMLRL face, nor names either in a string (an `importlib` spec or a `module:function` default)."""
 
 import ast
 import pathlib
@@ -15,7 +16,6 @@ FLOORS = [
     ["devices", "timing", "flags", "model_card", "prepared_models", "embedded_model", "callables", "generation.output"]
     + ["keywords"]
     + ["trl_release"]
-    + ["comlrl.names"]  # the CoMLRL names the TRL face refuses, read only to say what they are in TRL's terms
     + ["credit", "critic", "environments", "rewards"],  # plain Python: each folder here is floor 0 as a whole
     ["team", "update", "generation.limits"],
     ["generation"],
@@ -65,6 +65,12 @@ def internal_imports(module: str, source: str, is_package: bool) -> set[str]:
                 found.update(f"{target}.{alias.name}".strip(".") for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trl_multiagent"):
             found.add(node.module.removeprefix("trl_multiagent").strip("."))
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name.removeprefix("trl_multiagent").strip(".")
+                for alias in node.names
+                if alias.name.startswith("trl_multiagent.")
+            )
     return found
 
 
@@ -95,7 +101,9 @@ def test_imports_go_down_only(path):
         ("rollout.tree", "from ..trainer import MAGRPOTrainer", "floor 3) imports trainer (floor 7)"),
         ("checkpoint", "from .demo.models import HUB_ID", "imports the demo tooling"),
         ("trainer", "from .comlrl import MAGRPOTrainer", "floor 7) imports comlrl (floor 8)"),
-        ("keywords", "from .comlrl.names import trl_equivalent", None),  # the names table: floor 0
+        ("keywords", "from .comlrl.names import NAMES", "floor 0) imports comlrl.names (floor 8)"),
+        ("config", "import trl_multiagent.comlrl.names", "floor 5) imports comlrl.names (floor 8)"),
+        ("comlrl.names", "from ..keywords import FaceNames", None),  # the face registers its table below it
         ("generation.vllm_colocate", "from ..credit.returns import joint_choices", None),  # floor 0: allowed
         ("generation.base", "from ..rollout.tree import Node", "imports rollout.tree"),
         ("evaluation.runs", "from .statistics import mean_ci", None),  # within floor 9: allowed
@@ -124,9 +132,13 @@ def test_the_architecture_page_names_every_module():
             assert f"`{module}`" in page, module  # by its full name: a last segment could name another module
 
 
-def demo_names(source: str) -> list[str]:
-    """The strings of `source`, docstrings left out, that name a demo module: the demo tooling reached by name
-    (`importlib`, a `module:function` default) instead of by an import."""
+DEMO_MODULE = re.compile(r"trl_multiagent\.demo\b")
+COMLRL_MODULE = re.compile(r"trl_multiagent\.comlrl\b|^\.+comlrl\b")  # absolute, or relative (`importlib`'s package=)
+
+
+def demo_names(source: str, module: re.Pattern = DEMO_MODULE) -> list[str]:
+    """The strings of `source`, docstrings left out, that name a `module` (a demo module): the demo tooling reached by
+    name (`importlib`, a `module:function` default) instead of by an import."""
     tree = ast.parse(source)
     documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     docstrings = {
@@ -138,7 +150,7 @@ def demo_names(source: str) -> list[str]:
         node.value
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-        if "trl_multiagent.demo" in node.value
+        if module.search(node.value)
     ]
 
 
@@ -148,7 +160,19 @@ def test_the_core_names_no_demo_module(path):
         assert demo_names(path.read_text()) == []
 
 
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_below_the_comlrl_face_no_module_names_it(path):
+    """An `importlib` spec naming the CoMLRL face would be an import up the floors that the import check misses;
+    only the package's `__init__`, above every face, registers the face's table (a relative spec)."""
+    module = module_name(path)
+    if module.split(".")[0] not in OUTSIDE and floor_of(module) < floor_of("comlrl"):
+        assert demo_names(path.read_text(), COMLRL_MODULE) == [], module
+
+
 def test_the_name_check_sees_a_demo_task_named_as_a_string():
     source = '"""Docs may name trl_multiagent.demo.examples."""\nTASK = {"reward": "trl_multiagent.demo.examples:r"}\n'
     assert demo_names(source) == ["trl_multiagent.demo.examples:r"]
     assert demo_names('spec = f"trl_multiagent.demo.examples:{name}"\n') == ["trl_multiagent.demo.examples:"]
+    face = 'import importlib\nNAMES = importlib.import_module(".comlrl.names", __package__).NAMES\n'
+    assert demo_names(face, COMLRL_MODULE) == [".comlrl.names"]
+    assert demo_names('DOCS = "docs/from_comlrl.md"\n', COMLRL_MODULE) == []

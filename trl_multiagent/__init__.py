@@ -3,6 +3,8 @@
 import importlib
 from typing import TYPE_CHECKING
 
+from .keywords import register_face_names
+
 
 if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these); at run time `__getattr__` imports them
     from .config import MAGRPOConfig
@@ -26,6 +28,11 @@ _MODULES = {
     "per_agent": ".rewards.wrappers",
     "per_joint_action": ".rewards.wrappers",
 }
+
+# The CoMLRL face's names, which the TRL face refuses with what each is in TRL's terms (`keywords`). Registered here,
+# above both faces, so that neither the TRL face nor `keywords` imports the CoMLRL face: its table loads only to word
+# such a refusal.
+register_face_names(lambda: importlib.import_module(".comlrl.names", __name__).NAMES)
 
 
 def __getattr__(name: str):

@@ -414,17 +414,22 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
                 )
         if self.max_new_tokens is not None:
             self.max_completion_length = self.max_new_tokens
-        # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change.
+        # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change
         self._check_num_generations()
         self._check_whole_prompts()
         super().__post_init__()
         self.max_new_tokens = self.max_completion_length
-        self.check()
+        self._check_fields()
 
     def check(self) -> None:
-        """Refuse what `MAGRPOTrainer` cannot do, naming the field. Runs when the config is built and again when the
-        trainer is, so that a field set after construction is checked too."""
+        """Every rule `__post_init__` applies, again: the trainer calls it when it is built, so that a field set after
+        the config was built is refused too."""
         self._check_num_generations()
+        self._check_fields()
+
+    def _check_fields(self) -> None:
+        """Refuse what `MAGRPOTrainer` cannot do, naming the field; after GRPOConfig's `__post_init__`, which counted
+        the processes that share the generation batch."""
         self._check_whole_prompts(num_processes=self.world_size)
         if self.num_turns < 1:
             raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")

@@ -157,7 +157,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         formatters: Sequence[Callable[[dict], Any]] | None = None,
         **unexpected,
     ):
-        if unexpected:  # named with the closest arguments, or, for CoMLRL's, with TRL's name and the CoMLRL face
+        if unexpected:  # named with the closest arguments, or, for another face's, with TRL's name and that face
             raise TypeError(unexpected_trainer_keyword(type(self), next(iter(unexpected))))
         # Everything that can be checked without loading a model is checked first (`arguments.prepare`); the small
         # tokenizers load before the models, as the first prompts need them (chat messages need a chat template).
@@ -170,6 +170,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         args, plan = inputs.args, inputs.plan
         self.num_agents, self.trainable_agents = plan.num_agents, plan.trainable
         self.tokenizers, self.task = inputs.tokenizers, inputs.task
+        self.credit_rules = inputs.credit_rules  # the credit options, looked up once (`credit.options.rules_of`)
         self.tool_calling, self.last_rollout = inputs.tool_calling, None
 
         built = build_team(plan, self.tokenizers, inputs.agent_init_kwargs, inputs.grows_embeddings, args.beta != 0.0)
@@ -265,7 +266,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             num_agents=self.num_agents,
             num_generations=num_generations,
             num_turns=self.args.num_turns,
-            joint_mode=self.args.joint_mode,
+            joint_mode=self.credit_rules.joint_mode,
             termination_threshold=self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
             generate=partial(self._measured_generation, rollout),
@@ -273,8 +274,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             transition=partial(self.task.next_prompts, rollout.record, rows),
             sync=partial(sync_turn, self.accelerator),
             worlds=self.task.worlds,
-            branching=self.args.branching,
-            branching_top_m=self.args.branching_top_m,
+            branching=self.credit_rules.branching,
+            branching_top_m=self.credit_rules.branching_top_m,
         )
         self.last_rollout = rollout.tree
         self.environments = rollout.tree.first_worlds() or None
@@ -286,7 +287,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         rollout = self._rollout(rows, k)
         tree = rollout.tree
-        returns, credited, advantages = credit.assign(tree, args)  # advantages: (nodes, agents, K)
+        returns, credited, advantages = credit.assign(tree, self.credit_rules)  # advantages: (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.

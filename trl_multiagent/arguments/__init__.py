@@ -8,7 +8,8 @@
 - `arguments.environments`: what `environment_factory` asks of the other arguments;
 - `arguments.first_rows`: the first rows' prompts, and one placeholder call of the user's functions.
 
-Config fields are checked in `MAGRPOConfig.check` (run again here); the agents and tokenizers in
+Config fields are checked by `MAGRPOConfig.__post_init__`, and again here by `MAGRPOConfig.check` for a field set
+after the config was built; the rules that need the team's size, here once it is known; the agents and tokenizers in
 `team.assembly.plan_team`. The arguments come in TRL's names; the CoMLRL face (`trl_multiagent.comlrl`) translates
 its own before they reach `prepare`.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from transformers.utils import logging
 
+from ..credit.options import CreditRules, rules_of
 from ..diagnostics import LearningSignalCallback
 from ..environments.worlds import Worlds
 from ..generation.vllm_settings import check_vllm_team
@@ -55,6 +57,7 @@ class PreparedInputs:
     callbacks: list  # added once the Trainer exists
     tokenizers: list  # one per agent, loaded (with the special tokens added)
     task: TeamTask  # what the rollout calls
+    credit_rules: CreditRules  # the config's credit options as their strategies, for the rollout and `credit.assign`
 
 
 def prepare(
@@ -84,13 +87,13 @@ def prepare(
     args = args if args is not None else MAGRPOConfig("MAGRPO")
     if not isinstance(args, MAGRPOConfig):
         raise TypeError(f"MAGRPOTrainer needs a MAGRPOConfig as `args`, got {type(args).__name__}.")
-    args.check()
+    args.check()  # the config's rules again: a field may have been set after it was built
     check_grpo_arguments(rollout_func=rollout_func)
     check_agent_learning_rates(args, optimizers)
     plan = plan_team(model, num_agents, processing_class, peft_config, args.trainable_agents, args.num_agents)
-    # the config checked these against `num_agents` where it was given; now the team's size is known
-    check_agent_reward_aggregation(args.agent_reward_aggregation, plan.num_agents)
-    check_rates(args.agent_learning_rates, plan.num_agents, f"a team of {plan.num_agents} agents")
+    if args.num_agents is None:  # else `args.check()` applied these two with the team's size, `num_agents`
+        check_agent_reward_aggregation(args.agent_reward_aggregation, plan.num_agents)
+        check_rates(args.agent_learning_rates, plan.num_agents, f"a team of {plan.num_agents} agents")
     # as GRPOTrainer: `trust_remote_code` reaches every load, unless `model_init_kwargs` sets it
     init_kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}
     agent_init_kwargs = quantized_model_init_kwargs(quantization_config, init_kwargs, plan.specs)
@@ -154,4 +157,5 @@ def prepare(
         callbacks=[learning_signal],
         tokenizers=tokenizers,
         task=task,
+        credit_rules=rules_of(args),
     )

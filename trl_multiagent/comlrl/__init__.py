@@ -11,9 +11,11 @@ paths::
     from trl_multiagent.comlrl.utils import read_checkpoint_metadata
 
 CoMLRL's other public names (its actor-critic and preference trainers, its helpers) raise an `ImportError` that names
-them (`not_provided`). Outside this package no module uses CoMLRL's own names (`tests/test_layers.py`), and only
-`keywords` imports from it (`names`, to tell a user who gives the TRL face a CoMLRL name what TRL calls it); elsewhere
-CoMLRL is mentioned to point to this face, as the source of a credit option, or in a comparison (docs/from_comlrl.md).
+them (`not_provided`). Outside this package no module uses CoMLRL's own names or imports from it
+(`tests/test_layers.py`): the TRL face tells a user who gives it a CoMLRL name what TRL calls it from this face's table
+(`names`), which the package's `__init__`, above both faces, registers with `keywords`. Elsewhere CoMLRL is mentioned to
+point to this face, as the source of a credit option, in a comparison, or in the hint of one message
+(`arguments.datasets`: one prompt per step, as CoMLRL trains) (docs/from_comlrl.md).
 """
 
 from .config import MAGRPOConfig

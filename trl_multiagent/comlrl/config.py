@@ -1,11 +1,13 @@
 """CoMLRL 1.4.3's `MAGRPOConfig`: its names and defaults, as fields of a subclass of the TRL face's config.
 
-Each CoMLRL name is a field with CoMLRL's default; `__post_init__` sets the TRL fields it means (`translate`) before
-GRPOConfig's own `__post_init__` derives the batch layout from them. Two CoMLRL names are `TrainingArguments`
-properties, `train_batch_size` and `eval_batch_size` (rows per step, times devices): here they are `InitVar`s, so that
-`inspect.signature(MAGRPOConfig.__init__)` lists them (CoMLRL's companion scripts keep only the keys it lists), they
-set what they mean, and reading them gives `TrainingArguments`' values, which the Trainer uses; CoMLRL's values are
-`config.comlrl_batch_sizes`. Setting one after construction is refused (docs/from_comlrl.md).
+Each CoMLRL name is a field with CoMLRL's default; `__post_init__` checks CoMLRL's values (`check_comlrl_values`) and
+sets the TRL fields they mean (`translate`: the one table `TRL_FIELDS`, and the batch layout) before GRPOConfig's own
+`__post_init__` derives the batch layout from them. A CoMLRL name set after construction is checked by the same function
+and applied from the same table when the trainer is built (`check_late_changes`). Two CoMLRL names are
+`TrainingArguments` properties, `train_batch_size` and `eval_batch_size` (rows per step, times devices): here they are
+`InitVar`s, so that `inspect.signature(MAGRPOConfig.__init__)` lists them (CoMLRL's companion scripts keep only the keys
+it lists), they set what they mean, and reading them gives `TrainingArguments`' values, which the Trainer uses; CoMLRL's
+values are `config.comlrl_batch_sizes`. Setting one after construction is refused (docs/from_comlrl.md).
 """
 
 from __future__ import annotations
@@ -35,6 +37,29 @@ LAUNCH = (
 # The CoMLRL names whose TRL fields `translate` sets once, from which GRPOConfig derives the batch layout and the
 # evaluation schedule: set after construction, they are refused (`check_late_changes`), not silently ignored.
 LAYOUT_NAMES = ("rollout_buffer_size", "eval_interval")
+
+
+def _beta(config) -> float:
+    return float(config.reference_kl_coef) if config.reference_kl_enabled else 0.0
+
+
+def normalisation(config) -> str:
+    """CoMLRL's `advantage_normalization` as the core's `scale_rewards`: on, each group's advantages minus their mean
+    over their population std, clamped at 1e-6 (`credit.options.group_zscore`, CoMLRL 1.4.3's
+    `MAGRPOTrainer._compute_loss_with_gradients`); off, the advantages as the baseline leaves them."""
+    return "group_zscore" if config.advantage_normalization else "none"
+
+
+# CoMLRL's names that set one TRL field each: the TRL field, and the value it gets from the config. `translate` sets
+# them when the config is built, `check_late_changes` again for a name set afterwards. The two KL names set one field,
+# `beta`, which the first of them given names when a `beta` given beside it disagrees (`_put`).
+TRL_FIELDS = {
+    "agent_learning_rate": ("learning_rate", lambda c: float(c.agent_learning_rate)),
+    "advantage_mode": ("advantage_baseline", lambda c: ADVANTAGE_MODES[str(c.advantage_mode).lower()]),
+    "advantage_normalization": ("scale_rewards", normalisation),
+    "reference_kl_enabled": ("beta", _beta),
+    "reference_kl_coef": ("beta", _beta),
+}
 
 
 @dataclass
@@ -74,7 +99,7 @@ class MAGRPOConfig(TRLFaceConfig):
         reference_kl_enabled (`bool`, defaults to `False`), reference_kl_coef (`float`, defaults to `0.1`): `beta`.
     """
 
-    points_to_comlrl_face = False  # a refused name here gets the closest CoMLRL and TRL names (`KnownKeywords`)
+    names_other_faces = False  # a refused name here gets the closest CoMLRL and TRL names (`KnownKeywords`)
 
     # CoMLRL's defaults for the fields both configs have
     num_train_epochs: float = field(default=20, metadata={"help": "Total number of training epochs (CoMLRL: 20)."})
@@ -156,13 +181,10 @@ class MAGRPOConfig(TRLFaceConfig):
             "train_batch_size": train_batch_size if train_batch_size is not None else self.rollout_buffer_size,
             "eval_batch_size": eval_batch_size if eval_batch_size is not None else 1,
         }
+        check_comlrl_values(self)
         translate(self)
         super().__post_init__()
         self._translated = comlrl_values(self)  # what `check_late_changes` compares with
-
-    def check(self) -> None:
-        check_comlrl_values(self)
-        super().check()
 
 
 def _refuse_setting(name: str):
@@ -216,7 +238,8 @@ def _parallel_mode(value) -> str:
 
 
 def check_comlrl_values(config: MAGRPOConfig) -> None:
-    """CoMLRL's own refusals of its names (its `MAGRPOConfig.__post_init__`)."""
+    """CoMLRL's own refusals of its names (its `MAGRPOConfig.__post_init__`): when the config is built, and when the
+    trainer is, for a name set after construction (`check_late_changes`). The TRL fields are the TRL face's to check."""
     for name, value in {"rollout_buffer_size": config.rollout_buffer_size, **config.comlrl_batch_sizes}.items():
         if value < 1:
             raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 1, got {value}.")
@@ -228,8 +251,6 @@ def check_comlrl_values(config: MAGRPOConfig) -> None:
             f"MAGRPOConfig: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
             "it sets advantage_baseline (TRL face's name), where the peers' other baselines are."
         )
-    if config.num_turns < 1:
-        raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {config.num_turns}.")
     if config.num_agents != 1 and str(config.joint_mode).strip().lower() not in JOINT_MODES:
         raise ValueError(
             f"MAGRPOConfig: joint_mode={config.joint_mode!r} must be one of {list(JOINT_MODES)} (any case; with "
@@ -290,23 +311,20 @@ def _check_one_device(name: str, spec) -> None:
 
 
 def translate(config: MAGRPOConfig) -> None:
-    """Set the TRL fields that CoMLRL's names mean, before GRPOConfig derives the batch layout from them."""
-    check_comlrl_values(config)
+    """Set the TRL fields that CoMLRL's names mean (`TRL_FIELDS`, and the batch layout), before GRPOConfig derives the
+    batch layout from them; `check_comlrl_values` has refused what CoMLRL refuses."""
     config.joint_mode = core_joint_mode(config)
     config.parallel_training = _parallel_mode(config.parallel_training)
-    _put(config, "learning_rate", float(config.agent_learning_rate), "agent_learning_rate")
-    _put(config, "advantage_baseline", ADVANTAGE_MODES[str(config.advantage_mode).lower()], "advantage_mode")
-    _put(config, "scale_rewards", normalisation(config), "advantage_normalization")
-    beta = float(config.reference_kl_coef) if config.reference_kl_enabled else 0.0
-    _put(config, "beta", beta, "reference_kl_enabled" if config.reference_kl_enabled else "reference_kl_coef")
+    for comlrl_name, (trl_name, value) in TRL_FIELDS.items():
+        _put(config, trl_name, value(config), comlrl_name)
     if config.reference_kl_enabled:
         logger.info_once(
             f"MAGRPOConfig: reference_kl_enabled=True (CoMLRL) -> beta={config.beta}: TRL's KL term in the loss, "
             "against each agent's frozen copy (CoMLRL subtracts it from the returns instead)."
         )
     k = config.num_generations
-    if not (isinstance(k, int) and k >= 2):
-        return  # the TRL face's check refuses num_generations, naming it
+    if not (isinstance(k, int) and k >= 2) or config.num_turns < 1:
+        return  # no batch layout: the TRL face's checks refuse num_generations or num_turns, naming them
     rows, given = config.comlrl_batch_sizes["eval_batch_size"] * k, "eval_batch_size" in config.given_batch_sizes
     if config.per_device_eval_batch_size == _default(config, "per_device_eval_batch_size"):
         config.per_device_eval_batch_size = rows
@@ -317,13 +335,6 @@ def translate(config: MAGRPOConfig) -> None:
         )
     _rollout_buffer(config)
     _eval_interval(config, int(config.eval_interval))
-
-
-def normalisation(config: MAGRPOConfig) -> str:
-    """CoMLRL's `advantage_normalization` as the core's `scale_rewards`: on, each group's advantages minus their mean
-    over their population std, clamped at 1e-6 (`credit.options.group_zscore`, CoMLRL 1.4.3's
-    `MAGRPOTrainer._compute_loss_with_gradients`); off, the advantages as the baseline leaves them."""
-    return "group_zscore" if config.advantage_normalization else "none"
 
 
 def nodes_per_tree(num_generations: int, num_turns: int, joint_mode: str, num_agents: int) -> int:
@@ -396,20 +407,10 @@ def _eval_interval(config: MAGRPOConfig, interval: int) -> None:
     config.eval_strategy, config.eval_steps, config.eval_on_start = "steps", max(round(interval / prompts), 1), True
 
 
-# CoMLRL's names that set one TRL field each, and the value they set it to
-SCALARS = {
-    "agent_learning_rate": ("learning_rate", lambda c: float(c.agent_learning_rate)),
-    "advantage_mode": ("advantage_baseline", lambda c: ADVANTAGE_MODES[str(c.advantage_mode).lower()]),
-    "advantage_normalization": ("scale_rewards", normalisation),
-    "reference_kl_enabled": ("beta", lambda c: float(c.reference_kl_coef) if c.reference_kl_enabled else 0.0),
-    "reference_kl_coef": ("beta", lambda c: float(c.reference_kl_coef) if c.reference_kl_enabled else 0.0),
-}
-
-
 def check_late_changes(config: MAGRPOConfig) -> MAGRPOConfig:
     """The config to train with: a CoMLRL name set after the config was built takes effect (in a copy, which sets the
     TRL field it means), or is refused when GRPOConfig derived the batch layout from it (`LAYOUT_NAMES`); never
-    ignored. `joint_mode`'s CoMLRL spellings are read as the core's."""
+    ignored (`TRL_FIELDS`). `joint_mode`'s CoMLRL spellings are read as the core's."""
     check_comlrl_values(config)
     translated = vars(config).get("_translated", {})
     changed = [name for name, value in comlrl_values(config).items() if translated.get(name) != value]
@@ -421,8 +422,8 @@ def check_late_changes(config: MAGRPOConfig) -> MAGRPOConfig:
         )
     updated = copy.copy(config)  # the caller's config stays as it was: it may build another trainer
     for name in changed:
-        if name in SCALARS:
-            trl_name, value = SCALARS[name]
+        if name in TRL_FIELDS:
+            trl_name, value = TRL_FIELDS[name]
             setattr(updated, trl_name, value(config))
     updated.joint_mode = core_joint_mode(config)
     return updated

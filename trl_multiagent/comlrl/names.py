@@ -1,7 +1,10 @@
 """CoMLRL 1.4.3's names that the TRL face (`trl_multiagent.MAGRPOConfig`, `MAGRPOTrainer`) refuses, each with what it is
-in TRL's terms: the message of that refusal (`keywords.unexpected_keyword`) gives it, and points to this face."""
+in TRL's terms (`NAMES`): the package's `__init__` registers this table with `keywords`, whose message of that refusal
+gives it and points to this face."""
 
 from __future__ import annotations
+
+from ..keywords import FaceNames
 
 
 CONFIG = {
@@ -34,8 +37,10 @@ TRAINER = {
     "dataset_type": "none (CoMLRL <= 1.4.2 labelled the wandb run with it)",
 }
 
-
-def trl_equivalent(owner: str, name: str) -> str | None:
-    """TRL's equivalent of CoMLRL's `name` given to `owner` ("MAGRPOConfig" or "MAGRPOTrainer"), or None when `name`
-    is not one of CoMLRL's names there."""
-    return (CONFIG if owner.endswith("Config") else TRAINER).get(name)
+NAMES = FaceNames(
+    face="CoMLRL",
+    import_line="from trl_multiagent.comlrl import MAGRPOConfig, MAGRPOTrainer",
+    docs="docs/from_comlrl.md",
+    config=CONFIG,
+    trainer=TRAINER,
+)

@@ -86,7 +86,7 @@ class MAGRPOTrainer(TRLFaceTrainer):
       config's update defaults (docs/from_comlrl.md, "The objective").
     """
 
-    points_to_comlrl_face = False  # a refused argument here gets the closest names (`keywords`)
+    names_other_faces = False  # a refused argument here gets the closest names (`keywords`)
     one_agent_in_agent_folder = True  # CoMLRL saves each agent into `agent_{i}/`, one agent too (`checkpoint`)
     # CoMLRL's class attributes: the config built when `args` is not given, and the algorithm's name (also TRL's
     # `_name`, which the model card shows); its REINFORCE family's subclasses set both (`trainers.reinforce`)

@@ -1,8 +1,9 @@
 """The credit options of `MAGRPOConfig` as strategies, one registry per field: each joint mode, baseline, scaling and
 branching rule is one small object holding its rule, what it does and the paper it comes from.
 
-`credit.returns` looks the strategies up, `MAGRPOConfig` validates a choice by asking here (`check`,
-`check_branching`), so a new option is one entry in one of these dicts.
+`MAGRPOConfig` validates a choice by asking here (`check`, `check_branching`), so a new option is one entry in one
+of these dicts. The trainer looks its config's choices up once (`rules_of`) and hands the strategies to the rollout and
+`credit.assign`; the functions of `credit.returns` also take a name, checked and looked up (`strategy`).
 
 >>> BASELINES["rloo"].paper
 'RLOO: Ahmadian et al., Back to Basics, arXiv 2402.14740'
@@ -203,3 +204,48 @@ def check_branching(name, top_m: int | None) -> Branching:
             f"ignored. Set {readers}, or leave branching_top_m None."
         )
     return branching
+
+
+STRATEGIES = (JointMode, Baseline, Scaling, Branching)
+
+
+def strategy(field: str, choice, top_m: int | None = None) -> JointMode | Baseline | Scaling | Branching:
+    """`choice` for the `MAGRPOConfig` field `field` as its strategy: a strategy as it is (looked up already, as the
+    trainer's `CreditRules`), a name checked and looked up (`check`; a branching rule with its `top_m`,
+    `check_branching`).
+
+    >>> strategy("branching", BRANCHINGS["best"]) is strategy("branching", "best") is BRANCHINGS["best"]
+    True
+    """
+    if isinstance(choice, STRATEGIES):
+        return choice
+    return check_branching(choice, top_m) if field == "branching" else check(field, choice)
+
+
+@dataclass(frozen=True)
+class CreditRules:
+    """A config's credit fields, each option as its strategy: looked up once when the trainer is built (`rules_of`)
+    and handed to the rollout (`joint_mode`, `branching`) and to `credit.assign` (the rest), so that nothing is looked
+    up, or checked, per node or per step."""
+
+    joint_mode: JointMode
+    branching: Branching
+    branching_top_m: int | None
+    baseline: Baseline
+    scaling: Scaling  # `MAGRPOConfig.advantage_scale`'s: `scale_rewards`, or "batch" under normalize_then_sum
+    discount: float
+    team_reward_weight: float
+
+
+def rules_of(args) -> CreditRules:
+    """The credit fields of `args` (a `MAGRPOConfig` whose `check` refused any name these registries lack) as their
+    strategies."""
+    return CreditRules(
+        joint_mode=JOINT_MODES[args.joint_mode],
+        branching=BRANCHINGS[args.branching],
+        branching_top_m=args.branching_top_m,
+        baseline=BASELINES[args.advantage_baseline],
+        scaling=SCALINGS[args.advantage_scale],
+        discount=args.discount,
+        team_reward_weight=args.team_reward_weight,
+    )

@@ -1,9 +1,9 @@
 """Credit assignment for MAGRPO: returns over the rollout tree and per-agent group advantages.
 
-`assign(tree, args)` is the one entry point: a grown `RolloutTree` and the config's credit fields in, every joint
-action's return and every completion's credited return and advantage out. The rest are plain functions over lists and
-tensors, so each can be checked by hand without a model. The options (joint mode, baseline, scaling, branching) are
-strategies looked up in `credit.options`.
+`assign(tree, rules)` is the one entry point: a grown `RolloutTree` and the config's credit fields (`CreditRules`) in,
+every joint action's return and every completion's credited return and advantage out. The rest are plain functions over
+lists and tensors, so each can be checked by hand without a model. The options (joint mode, baseline, scaling,
+branching) are strategies of `credit.options`: each function takes one as the trainer looked it up once, or its name.
 
 Vocabulary (see `rollout.RolloutTree`):
 
@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 import torch
 
-from .options import check, check_branching
+from .options import Baseline, Branching, CreditRules, JointMode, Scaling, strategy
 
 
-def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> list[tuple[int, ...]]:
+def joint_choices(num_agents: int, num_generations: int, joint_mode: str | JointMode) -> list[tuple[int, ...]]:
     """The joint actions of one node, as one completion index per agent.
 
     >>> joint_choices(2, 3, "aligned")
@@ -31,19 +31,19 @@ def joint_choices(num_agents: int, num_generations: int, joint_mode: str) -> lis
     >>> joint_choices(2, 2, "cross")
     [(0, 0), (0, 1), (1, 0), (1, 1)]
     """
-    return check("joint_mode", joint_mode).choices(num_agents, num_generations)
+    return strategy("joint_mode", joint_mode).choices(num_agents, num_generations)
 
 
-def expanded_per_node(num_choices: int, branching: str, top_m: int | None = None) -> int:
+def expanded_per_node(num_choices: int, branching: str | Branching, top_m: int | None = None) -> int:
     """How many joint actions of a node that goes on are continued (`MAGRPOConfig.branching`).
 
     >>> expanded_per_node(4, "all"), expanded_per_node(4, "best"), expanded_per_node(4, "top", 2), expanded_per_node(4, "top", 9)
     (4, 1, 2, 4)
     """
-    return check_branching(branching, top_m).kept(num_choices, top_m)
+    return strategy("branching", branching, top_m).kept(num_choices, top_m)
 
 
-def continued(rewards: Sequence[float], branching: str, top_m: int | None = None) -> list[int]:
+def continued(rewards: Sequence[float], branching: str | Branching, top_m: int | None = None) -> list[int]:
     """Positions of a node's joint actions that continue, in their original order: every one, or the highest
     rewards (ties go to the earlier joint action, so the choice is the same on every run and process).
 
@@ -158,7 +158,9 @@ def completion_returns(
     return (total / count).float()
 
 
-def team_advantages(credited: torch.Tensor, scale_rewards: str = "group", baseline: str = "mean") -> torch.Tensor:
+def team_advantages(
+    credited: torch.Tensor, scale_rewards: str | Scaling = "group", baseline: str | Baseline = "mean"
+) -> torch.Tensor:
     """Advantages of a whole rollout's ``(nodes, agents, K)`` credited returns: `group_advantages` over every group
     (one agent at one node), with ``scale_rewards="agent"`` dividing each agent's groups by the std of that agent's
     own returns (Dr. MAS) where ``"batch"`` divides by the std of every agent's.
@@ -176,9 +178,10 @@ def team_advantages(credited: torch.Tensor, scale_rewards: str = "group", baseli
     """
     if credited.dim() != 3:
         raise ValueError(f"team_advantages expects a (nodes, agents, K) tensor, got shape {tuple(credited.shape)}.")
-    if not check("scale_rewards", scale_rewards).per_agent:
-        return group_advantages(credited.flatten(0, 1), scale_rewards, baseline).view_as(credited)
-    per_agent = [group_advantages(credited[:, i], scale_rewards, baseline) for i in range(credited.size(1))]
+    scaling, baseline = strategy("scale_rewards", scale_rewards), strategy("advantage_baseline", baseline)
+    if not scaling.per_agent:
+        return group_advantages(credited.flatten(0, 1), scaling, baseline).view_as(credited)
+    per_agent = [group_advantages(credited[:, i], scaling, baseline) for i in range(credited.size(1))]
     return torch.stack(per_agent, dim=1)
 
 
@@ -199,15 +202,17 @@ def agent_completion_returns(
     return torch.stack(rows)
 
 
-def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseline: str = "mean") -> torch.Tensor:
+def group_advantages(
+    returns: torch.Tensor, scale_rewards: str | Scaling = "group", baseline: str | Baseline = "mean"
+) -> torch.Tensor:
     """Advantages for groups of K completions: ``r - baseline(group)``, scaled: TRL's ``/ (std + 1e-4)``, or
     standardised (``"group_zscore"``).
 
     Args:
         returns: ``(num_groups, K)``; one group is one agent's K completions at one node.
-        scale_rewards: how the centred returns are scaled, a `credit_options.SCALINGS` name (a per-agent one,
-            ``"agent"``, sees ``returns`` as one agent's: `team_advantages` passes them so).
-        baseline: what is subtracted, a `credit_options.BASELINES` name.
+        scale_rewards: how the centred returns are scaled, a `credit_options.SCALINGS` entry or its name (a
+            per-agent one, ``"agent"``, sees ``returns`` as one agent's: `team_advantages` passes them so).
+        baseline: what is subtracted, a `credit_options.BASELINES` entry or its name.
 
     >>> group_advantages(torch.tensor([[1.0, 3.0]]), "none")
     tensor([[-1.,  1.]])
@@ -226,8 +231,8 @@ def group_advantages(returns: torch.Tensor, scale_rewards: str = "group", baseli
     """
     if returns.dim() != 2:
         raise ValueError(f"group_advantages expects a (groups, K) tensor, got shape {tuple(returns.shape)}.")
-    centred = check("advantage_baseline", baseline).centred(returns)
-    return check("scale_rewards", scale_rewards).scaled(centred, returns)
+    centred = strategy("advantage_baseline", baseline).centred(returns)
+    return strategy("scale_rewards", scale_rewards).scaled(centred, returns)
 
 
 class Credit(NamedTuple):
@@ -238,16 +243,17 @@ class Credit(NamedTuple):
     advantages: torch.Tensor  # (nodes, agents, K)
 
 
-def assign(tree, args) -> Credit:
+def assign(tree, rules: CreditRules) -> Credit:
     """Returns and advantages of a grown rollout tree (`rollout.RolloutTree`), with the config's `discount`,
-    `team_reward_weight`, `advantage_scale` (`scale_rewards`, or "none" under `normalize_then_sum`) and
-    `advantage_baseline`: `tree_returns`, then `agent_tree_returns`, `credited_returns` and `team_advantages`.
+    `team_reward_weight`, scaling (`advantage_scale`: `scale_rewards`, or "batch" under `normalize_then_sum`) and
+    baseline, as the trainer looked them up (`credit.options.rules_of`): `tree_returns`, then `agent_tree_returns`,
+    `credited_returns` and `team_advantages`.
 
     The tree comes in as data (its `nodes`, `joint_actions`, `children()` and `pruned()`): credit sits below the
     rollout, so it imports nothing of it."""
-    credited = credited_returns(tree, agent_tree_returns(tree, args.discount, args.team_reward_weight))
-    advantages = team_advantages(credited, args.advantage_scale, args.advantage_baseline)
-    return Credit(tree_returns(tree, args.discount), credited, advantages)
+    credited = credited_returns(tree, agent_tree_returns(tree, rules.discount, rules.team_reward_weight))
+    advantages = team_advantages(credited, rules.scaling, rules.baseline)
+    return Credit(tree_returns(tree, rules.discount), credited, advantages)
 
 
 def tree_returns(tree, discount: float) -> list[float]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..credit.options import Branching, JointMode, strategy
 from ..credit.returns import continued, joint_choices
 from ..generation.output import Generation
 
@@ -134,7 +135,7 @@ def run_rollout(
     num_agents: int,
     num_generations: int,
     num_turns: int,
-    joint_mode: str,
+    joint_mode: str | JointMode,
     termination_threshold: float | None,
     agent_prompts: Callable[[dict[str, Any]], list],
     generate: Callable[[int, list, list | None], Generation],
@@ -142,7 +143,7 @@ def run_rollout(
     transition: Callable[[int, RolloutTree, list[int]], list[list]],
     sync: Callable[[bool, BaseException | None], bool] | None = None,
     worlds=None,
-    branching: str = "all",
+    branching: str | Branching = "all",
     branching_top_m: int | None = None,
 ) -> RolloutTree:
     """Grow the rollout tree of a batch of rows, turn by turn.
@@ -155,8 +156,9 @@ def run_rollout(
         score: ``score(turn, tree, action_ids)`` returns the joint reward of each listed joint action.
         transition: ``transition(turn, tree, action_ids)`` returns, for each listed joint action that goes on, the next
             prompt of each agent (one call per turn, so that async transitions can run concurrently).
-        branching, branching_top_m: which joint actions of a node that goes on are continued
-            (`MAGRPOConfig.branching`); the others are marked `pruned`.
+        joint_mode, branching: the strategies (`credit.options`; the trainer's `CreditRules`) or their names, looked
+            up here once. `branching` (with `branching_top_m`) says which joint actions of a node that goes on are
+            continued (`MAGRPOConfig.branching`); the others are marked `pruned`.
         sync: called at the end of every turn with whether this process has live nodes and the error its generation,
             reward or transition raised (or None); returns whether to run another turn, and raises if any process failed.
             Distributed training makes it agree across processes, so that every rank runs the same number of
@@ -167,6 +169,7 @@ def run_rollout(
     sync = sync or local_sync
     tree = RolloutTree()
     choices = joint_choices(num_agents, num_generations, joint_mode)
+    keep = partial(continued, branching=strategy("branching", branching, branching_top_m), top_m=branching_top_m)
     live, forks = [], {}  # forks: live node -> the world of each of its joint actions (aligned: completion k's)
     if worlds is not None:
         worlds.release()  # the last rollout's worlds go back to the pool
@@ -212,7 +215,6 @@ def run_rollout(
                     tree.joint_actions.append(JointAction(node=n, choice=choice, environment=world))
                     tree.nodes[n].joint_actions.append(len(tree.joint_actions) - 1)
                     new_actions.append(len(tree.joint_actions) - 1)
-            keep = partial(continued, branching=branching, top_m=branching_top_m)
             live = _score_and_expand(
                 tree, live, new_actions, turn, num_turns, termination_threshold, score, transition, keep
             )

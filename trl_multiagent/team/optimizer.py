@@ -9,10 +9,12 @@ The optimizer class and its keywords stay the Trainer's (`optim`, `optim_args`, 
 and their rates are saved with the optimizer and restored on resume (said at WARNING when they differ from
 `agent_learning_rates`, which then has no effect: `KeptRatesWarning`).
 
-Under DeepSpeed, the Trainer's optimizer (this one) is used when the DeepSpeed config has no "optimizer" section;
-`arguments.learning_rates.check_agent_learning_rates` refuses a DeepSpeed optimizer, or scheduler, that would drop the
-rates, and an optimizer given to the trainer (`optimizers=`), which the Trainer uses as it is. The rates themselves
-are `check_rates`'s rule.
+Under DeepSpeed, the Trainer's optimizer (this one) is used when the DeepSpeed config has no "optimizer" section.
+Each rule on `agent_learning_rates` has one place: the rates themselves (finite, >= 0, one per agent) are
+`check_rates`'s, applied by the config, and by the trainer where the config had no `num_agents`; an optimizer given to
+the trainer (`optimizers=`, used as it is) or a DeepSpeed optimizer or scheduler that would drop them,
+`arguments.learning_rates.check_agent_learning_rates`'s, when the trainer is built; an `optim` that builds its own
+parameter groups, `create_optimizer`'s, once the model is there (GaLore and APOLLO need it to say what they build).
 """
 
 from __future__ import annotations
