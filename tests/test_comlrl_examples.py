@@ -20,6 +20,20 @@ CASES = harness.read_case_list()
 EXPECTED = harness.load_expected()
 
 
+def run_within() -> dict[str, str]:
+    """{case: the case that runs it}: on a tutorial page each section's case runs every earlier section first, so the
+    page's last case runs all of its blocks, in the same order, in one script; the earlier cases are not run again on
+    their own (each is checked to be a prefix of the last, and to be expected to pass)."""
+    within = {}
+    for page in harness.TUTORIAL_PAGES:
+        on_page = [case for case in CASES if case.startswith(f"{page}#")]
+        within.update(dict.fromkeys(on_page[:-1], on_page[-1]))
+    return within
+
+
+RUN_WITHIN = run_within()
+
+
 @pytest.fixture(scope="session")
 def comlrl_examples(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("comlrl_examples")
@@ -43,13 +57,25 @@ def test_the_sdist_gives_the_listed_cases_and_every_edit_applies(comlrl_examples
         compile(script, case.id, "exec")
         assert not any(line.lstrip().startswith(("from comlrl", "import comlrl")) for line in script.splitlines())
     assert set(harness.SECTIONS) <= set(CASES)
+    for case_id, last in RUN_WITHIN.items():  # each one's blocks run, as a prefix, inside its page's last case
+        case, covering = comlrl_examples.cases[case_id], comlrl_examples.cases[last]
+        sections = harness.needed_sections(case)
+        assert harness.needed_sections(covering)[: len(sections)] == sections, (case_id, last)
+        body = [harness.edited_script(c, comlrl_examples.models)[0].partition("\n")[2] for c in (case, covering)]
+        assert body[1].startswith(body[0]), (case_id, last)  # the same code, but the first line (the case's name)
+        assert case_id not in EXPECTED and not CASES[case_id], case_id
     # the blocks not run: 7 bash/json/text blocks and the 2 IAC/MAAC fragments (harness.FRAGMENTS)
     languages = sorted(block.language for _, block in comlrl_examples.not_run)
     assert languages == ["bash"] * 4 + ["json"] + ["python"] * 2 + ["text"] * 2
 
 
 @pytest.mark.parametrize(
-    "case_id", [pytest.param(case, marks=() if ci else pytest.mark.slow, id=case) for case, ci in CASES.items()]
+    "case_id",
+    [
+        pytest.param(case, marks=() if ci else pytest.mark.slow, id=case)
+        for case, ci in CASES.items()
+        if case not in RUN_WITHIN
+    ],
 )
 def test_case_outcome(comlrl_examples, case_id):
     result = harness.run_case(comlrl_examples.cases[case_id], comlrl_examples.workdir, comlrl_examples.models)
