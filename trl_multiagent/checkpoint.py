@@ -434,5 +434,5 @@ class TeamCheckpointing:
         return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team`)."""
+        """Every agent's weights (or adapter) from the checkpoint, in either layout (`load_team_weights`)."""
         load_team_weights(self.team, resume_from_checkpoint)

@@ -1,4 +1,5 @@
-"""Whether this machine has an accelerator: the one predicate the package uses for its CPU defaults."""
+"""Whether this machine has an accelerator (the one predicate the package uses for its CPU defaults), and
+`reuse_freed_memory`, an opt-in for the caller's own process that the package never calls."""
 
 from __future__ import annotations
 

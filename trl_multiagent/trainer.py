@@ -191,7 +191,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         self.beta, self.use_vllm = args.beta, args.use_vllm
         self._set_up_entropy_bonus(args)  # GRPOTrainer's entropy bonus, per agent (`update.entropy`)
         self.task.joint_reward.bind_models(self.reward_funcs, self.reward_processing_classes)
-        for callback in inputs.callbacks:  # the learning-signal warnings, and the CoMLRL face's (`arguments`)
+        for callback in inputs.callbacks:  # the learning-signal warnings (`arguments`)
             self.add_callback(callback)
         # the log-prob heads at `logprob_temperature` (GRPOTrainer's: the sampling temperature, `self.temperature`)
         fused_heads_on_agents(self.team, args.update_temperature, args.cast_lm_head_to_fp32)
