@@ -74,6 +74,8 @@ BLOCKS = {
                          "Environment", Excluded("OpenEnv: needs the [openenv] extra (tests/test_openenv*.py)")),
     "docs/agents.md#6": ("from trl.chat_template_utils import qwen2_5_chat_template",
                          Excluded("a fragment: `tokenizer` is the reader's")),
+    "docs/critics.md#1": ("        if self.num_generations < 2:", Excluded("a quotation of TRL's GRPOConfig "
+                          "(trl/trainer/grpo_config.py), cut from its method")),
     "docs/evaluation.md#1": ("from trl_multiagent.evaluation import write_task_file", Excluded(
         "a fragment: `trainer`, `output_dir` and the module `my_task` are the reader's")),
     "docs/evaluation.md#2": ("from trl_multiagent.evaluation import evaluate_team, write_report, report_text",
