@@ -23,7 +23,15 @@ def uninterrupted(tmp_path_factory):
     return weights
 
 
-@pytest.mark.parametrize("point", ["between_agents", "before_optimizer", "before_marker"])
+# One kill point in the default suite; the other two in the slow stage, for time (docs/tests.md, "The default suite").
+@pytest.mark.parametrize(
+    "point",
+    [
+        pytest.param("between_agents", marks=pytest.mark.slow),
+        pytest.param("before_optimizer", marks=pytest.mark.slow),
+        "before_marker",
+    ],
+)
 def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tmp_path, uninterrupted, point):
     killed, _ = launch(tmp_path, *STEPS, "--kill_at", 3, "--kill_point", point, nproc=1)
     assert killed.returncode == -9, killed.stderr[-3000:]  # SIGKILL, inside the checkpoint of step 3
@@ -68,7 +76,10 @@ def test_resume_from_the_command_line_strings_and_a_missing_folder(tmp_path, mon
     assert checkpoint.resolve_resume(str(run), "true") == "true"
 
 
-@pytest.mark.parametrize("checkpoint_step", [4, 5], ids=["epoch-boundary", "mid-epoch-2"])
+# The resume mid-epoch in the default suite; the one at the epoch boundary in the slow stage, for time.
+@pytest.mark.parametrize(
+    "checkpoint_step", [pytest.param(4, marks=pytest.mark.slow), 5], ids=["epoch-boundary", "mid-epoch-2"]
+)
 def test_resume_with_shuffling_in_the_second_epoch_equals_an_uninterrupted_run(tmp_path, checkpoint_step):
     # 8 prompts, 2 per step: 4 steps per epoch; 6 steps end in the middle of epoch 2.
     steps = ("--max_steps", 6, "--save_steps", 1, "--shuffle")

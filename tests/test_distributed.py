@@ -385,7 +385,8 @@ def alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize("phase", ["generate", "update"])
+# A kill while generating in the default suite; one during the update in the slow stage, for time.
+@pytest.mark.parametrize("phase", ["generate", pytest.param("update", marks=pytest.mark.slow)])
 def test_sigkilled_rank_ends_the_job_quickly(tmp_path, phase):
     """Rank 1 dies from SIGKILL (as from the out-of-memory killer), mid-generation (first step, turn 2) or mid-update
     (its first loss). torchrun's teardown ends the survivor: the job exits non-zero well before ddp_timeout (30 s here,

@@ -130,6 +130,7 @@ def test_the_layout_places_each_module_once_and_counts_its_lines(tmp_path):
     ]
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_a_stale_page_fails_the_check(tmp_path):
     """A copy of the repository's pages whose README quickstart changed: `--check` fails and names the page."""
     (tmp_path / "docs").mkdir()

@@ -415,6 +415,7 @@ def test_the_task_comes_from_the_flags_else_the_run_folders_file(tmp_path):
 # --- end to end: a trained, saved team through the command ------------------------------------------------------------
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_the_command_on_a_trained_saved_team(tmp_path, tokenizer, tiny_model_dir):
     team_dir = tmp_path / "out"
     train_lora_team(team_dir, tiny_model_dir, tokenizer, tmp_path)

@@ -66,6 +66,7 @@ def test_a_misspelled_config_key_and_a_stray_value_are_named(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"{parser.prog}: unexpected value(s) stray: no flag takes them"
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_a_misspelled_recipe_flag_ends_in_one_line_with_no_traceback():
     recipe = pathlib.Path(__file__).resolve().parent.parent / "recipes" / "length_ratio.py"
     done = subprocess.run(

@@ -22,6 +22,7 @@ def main_job_launch_options() -> list[str]:
     return words[: words.index("recipes/length_ratio.py")]
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_under_the_readmes_accelerate_launch_a_flag_error_is_the_last_line(tmp_path):
     """accelerate raises CalledProcessError (a traceback of about 25 lines) after any child that exits non-zero,
     unless launched with -q: the README's command has it, so the recipe's one line stays the last one."""

@@ -318,6 +318,7 @@ def path_without_bwrap(tmp_path) -> str:
     return os.pathsep.join(dict.fromkeys(folders))
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_without_bubblewrap_the_sandbox_tests_skip_with_one_summary_line(tmp_path):
     """The README's test command on a machine without bubblewrap: the sandbox tests skip and the run passes."""
     env = {k: v for k, v in os.environ.items() if k != "TRL_MULTIAGENT_REQUIRE_SANDBOX_TESTS"}

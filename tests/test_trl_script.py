@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import trl
 
 from trl_multiagent.demo.testing import make_model, make_tokenizer
@@ -53,6 +54,7 @@ def run_grpo_script(tmp_path, *extra: str, before: str = "") -> subprocess.Compl
     return done
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_trl_grpo_script_trains_a_team(tmp_path):
     out = tmp_path / "out"
     done = run_grpo_script(tmp_path, "--max_steps", "2", "--log_completions", "--num_completions_to_print", "2")
@@ -85,6 +87,7 @@ atexit.register(lambda: print("GENERATION_CALLS", json.dumps(calls), flush=True)
 """
 
 
+@pytest.mark.slow  # a run of its own, kept out of the default suite for time (docs/tests.md, "The default suite")
 def test_trl_grpo_script_with_continuous_batching_generates_through_it(tmp_path):
     """`--use_transformers_continuous_batching`: each agent's turn is one continuous batch, as in GRPOTrainer; the
     engine's settings come from `--transformers_continuous_batching_config` (a small cache: on a CPU the default
