@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import SEED_PROMPTS
@@ -169,11 +170,12 @@ def config_effects(face: str, arguments: dict, tmp_path, processes: int = 1) -> 
     return [json.loads(line) for line in sorted(line for line in done.stdout.splitlines() if line.startswith("{"))]
 
 
+FACES = ("grpo", "trl", "comlrl")
 DS_ZERO2 = str(pathlib.Path(__file__).parent / "distributed" / "ds_zero2.json")
 
 
-# Each comparison starts fresh interpreters (about 10 s each on 2 cores): the defaults run in the default suite, the
-# rest in the slow stage.
+# Each comparison starts fresh interpreters (about 10 s each on 2 cores, so the three faces start at once): the
+# defaults run in the default suite, the rest in the slow stage.
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -187,10 +189,14 @@ DS_ZERO2 = str(pathlib.Path(__file__).parent / "distributed" / "ds_zero2.json")
 def test_a_config_does_to_the_process_what_grpoconfig_does(tmp_path, arguments):
     if "deepspeed" in arguments:
         pytest.importorskip("deepspeed")
-    (grpo,) = config_effects("grpo", arguments, tmp_path)
+    with ThreadPoolExecutor(3) as pool:
+        effects = dict(
+            zip(FACES, pool.map(lambda face: config_effects(face, arguments, tmp_path), FACES), strict=True)
+        )
+    (grpo,) = effects["grpo"]
     assert grpo["error"] is None and grpo["environment"] == [] and grpo["exit_handlers"] == 0
-    assert config_effects("trl", arguments, tmp_path) == [grpo]
-    assert config_effects("comlrl", arguments, tmp_path) == [grpo]
+    assert effects["trl"] == [grpo]
+    assert effects["comlrl"] == [grpo]
 
 
 @pytest.mark.slow
