@@ -4,7 +4,7 @@ decision")."""
 
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 
 from transformers.utils import logging
 
@@ -54,8 +54,6 @@ class ActorCriticConfig(MAGRPOConfig):
     critic_devices: list[str] | None = field(
         default=None, metadata={"help": "This process's device (or a list, or 'auto'), as agent_devices."}
     )
-    train_batch_size: InitVar[int | None] = None
-    eval_batch_size: InitVar[int | None] = None
 
     def __post_init__(self, train_batch_size: int | None, eval_batch_size: int | None):
         name = type(self).__name__

@@ -1,0 +1,197 @@
+"""CoMLRL 1.4.3's actor-critic trainers, `IACTrainer` and `MAACTrainer`, on the face's `MAGRPOTrainer` (so on TRL's
+core): CoMLRL's arguments in its order; the critics built from `critic_model`/`critics` as CoMLRL builds them
+(`trl_multiagent.critic`); the actors' advantages are the critics' one-step TD advantages, and the critics learn with
+their own AdamW (docs/critics.md)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from ....critic.learner import CriticModel, CriticSettings, TeamCritic
+from ...trainer import MAGRPOTrainer
+from .config import ActorCriticConfig, IACConfig, MAACConfig
+
+
+class ActorCriticTrainer(MAGRPOTrainer):
+    """What `IACTrainer` and `MAACTrainer` share: CoMLRL's signature, the critics, and a refusal of what is not built
+    for them yet (several processes, `metrics_callback`)."""
+
+    default_config_cls = ActorCriticConfig
+    centralized = False  # MAAC: one critic for the team
+
+    def __init__(
+        self,
+        agent_model: str | PreTrainedModel | None = None,
+        critic_model: str | PreTrainedModel | None = None,
+        tokenizer=None,
+        reward_func: Callable | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        formatters: Callable | Sequence[Callable] | None = None,
+        args: ActorCriticConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        model_config: dict[str, Any] | None = None,
+        wandb_config: dict[str, Any] | None = None,
+        metrics_callback: Callable | None = None,
+        external_transition: Callable | None = None,
+        agents: Sequence | None = None,
+        critics: Sequence | None = None,
+        **trl_arguments,
+    ):
+        name = type(self).__name__
+        args = self.default_config_cls() if args is None else args
+        if not isinstance(args, self.default_config_cls):
+            raise TypeError(
+                f"{name} (CoMLRL face) needs `{self.default_config_cls.__name__}` as `args`, got "
+                f"{type(args).__module__}.{type(args).__name__}."
+            )
+        if reward_func is None or not callable(reward_func):
+            raise ValueError(f"{name}: reward_func must be a callable.")
+        if agent_model is None and agents is None:
+            raise ValueError(f"{name}: Either agent_model or agents must be provided (CoMLRL's words).")
+        if agents is None and args.num_agents > 1 and isinstance(agent_model, PreTrainedModel):
+            raise ValueError(
+                f"{name}: Multi-agent {args.algorithm} requires `agent_model` to be a pretrained identifier string."
+            )
+        if agents is not None and tokenizer is None:
+            raise ValueError(f"{name}: Tokenizer must be provided when using agents.")
+        if args.num_turns > 1 and external_transition is None:
+            raise ValueError(f"{name}: Multi-turn {args.algorithm} requires an external_transition.")
+        if metrics_callback is not None:
+            raise ValueError(
+                f"{name}: metrics_callback is not provided yet (it takes CoMLRL's RolloutSample records); a reward "
+                "function's `log_metric` keyword logs a value of its own (docs/critics.md)."
+            )
+        sources = critic_sources(name, critic_model, critics, 1 if self.centralized else args.num_agents)
+        model_config = dict(model_config or {})
+        critic_config = {key: model_config.pop(key) for key in CRITIC_MODEL_CONFIG if key in model_config}
+        args = copy.copy(args)
+        # The critic's TD targets take `discount`; the logged returns stay CoMLRL's undiscounted sums
+        self._critic_discount, args.discount = args.discount, 1.0
+        super().__init__(
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=args.num_agents,
+            tokenizer=tokenizer,
+            model_config=model_config,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            formatters=formatters,
+            external_transition=external_transition,
+            wandb_config=wandb_config,
+            args=args,
+            **trl_arguments,
+        )
+        if self.accelerator.num_processes > 1:
+            raise ValueError(
+                f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
+            )
+        self.metrics_callback = metrics_callback
+        models = [load_critic(source, critic_loading_keywords(model_config, critic_config)) for source in sources]
+        settings = CriticSettings(
+            centralized=self.centralized,
+            critic_type=self.args.critic_type,
+            discount=self._critic_discount,
+            normalize=self.args.advantage_normalization,
+            value_loss_coef=self.args.value_loss_coef,
+            learning_rate=self.args.critic_learning_rate,
+            batch_size=int(self.args.comlrl_batch_sizes["train_batch_size"]),
+        )
+        heads = self._head_hidden_dim(critic_config)
+        self.critic = TeamCritic(
+            [CriticModel(m, heads) for m in models],
+            settings,
+            self.num_agents,
+            joint_tokenizer=self.tokenizers[0],
+            device=self.accelerator.device,
+        )
+
+    def _head_hidden_dim(self, model_config) -> int | None:
+        return None
+
+    @property
+    def critics(self) -> list:
+        """The critic models (CoMLRL's `critics`): one per agent (IAC) or one (MAAC)."""
+        return self.critic.critics
+
+    @property
+    def critic_optimizers(self) -> list:
+        """Each critic's AdamW (CoMLRL's IAC `critic_optimizers`)."""
+        return self.critic.optimizers
+
+
+# `model_config`'s keys for the critics (CoMLRL's): the rest is the actors', as the face reads it
+CRITIC_MODEL_CONFIG = ("critic_model_kwargs", "critic_value_head_hidden_dim")
+
+
+def critic_loading_keywords(model_config: dict, critic_config: dict) -> dict:
+    """The critics' `from_pretrained` keywords, as CoMLRL resolves them: `model_config`'s dtype and attention
+    implementation, then its `critic_model_kwargs`."""
+    kwargs = {}
+    for key in ("torch_dtype", "dtype", "attn_implementation"):
+        if model_config.get(key) is not None:
+            kwargs["dtype" if key == "torch_dtype" else key] = model_config[key]
+    return {**kwargs, **dict(critic_config.get("critic_model_kwargs") or {})}
+
+
+def critic_sources(name: str, critic_model, critics, count: int) -> list:
+    """The critics to build, as CoMLRL resolves them: `critics` (one each), or `critic_model` for each. A model in
+    memory given as `critic_model` would be shared by several critics: refused, naming `critics=`."""
+    if critic_model is None and critics is None:
+        raise ValueError(f"{name}: Either critic_model or critics must be provided (CoMLRL's words).")
+    if critics is not None:
+        if isinstance(critics, (str, bytes)) or not isinstance(critics, Sequence) or len(critics) != count:
+            raise ValueError(f"{name}: critics must be a list of {count} model(s) or ids, got {critics!r}.")
+        if critic_model is not None and not all(isinstance(c, str) and c == critic_model for c in critics):
+            raise ValueError(f"{name}: critic_model and critics conflict: {critic_model!r} != {list(critics)!r}.")
+        return list(critics)
+    if not isinstance(critic_model, str) and count > 1:
+        raise ValueError(
+            f"{name}: critic_model is a model in memory, which {count} critics would share; pass an id or folder, or "
+            "critics=[...] with one model per agent."
+        )
+    return [critic_model] * count
+
+
+def load_critic(source, model_kwargs: dict):
+    """A critic's backbone: a model given, or loaded from an id or folder with `model_config["critic_model_kwargs"]`."""
+    if isinstance(source, CriticModel):
+        return source.backbone
+    if isinstance(source, str):
+        try:
+            return AutoModelForCausalLM.from_pretrained(source, **model_kwargs)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"Failed to load critic model from identifier '{source}' (CoMLRL's words).") from error
+    return source
+
+
+class IACTrainer(ActorCriticTrainer):
+    """CoMLRL 1.4.3's `IACTrainer`: each agent has a critic model of its own (`critic_model` copied per agent, or
+    `critics`, one per agent), with a value head (`critic_value_head_hidden_dim`), giving V(h) from the agent's prompt
+    or Q(h, a) from its prompt and answer (`critic_type`). `use_separate_critic=False` is not built yet."""
+
+    default_config_cls = IACConfig
+    algorithm_name = _name = "IAC"
+
+    def _head_hidden_dim(self, model_config) -> int | None:
+        return self.args.critic_value_head_hidden_dim
+
+
+class MAACTrainer(ActorCriticTrainer):
+    """CoMLRL 1.4.3's `MAACTrainer`: one centralized critic (`critic_model`, or `critics` with one model) over the
+    joint prompt, ``[Agent i] <prompt>`` per agent (V), and with a ``[Joint Action]`` block of every agent's answer
+    (Q), tokenised with the first agent's tokenizer; its head's hidden layer is `model_config["critic_value_head_hidden_dim"]`,
+    as in CoMLRL."""
+
+    default_config_cls = MAACConfig
+    algorithm_name = _name = "MAAC"
+    centralized = True
+
+    def _head_hidden_dim(self, model_config) -> int | None:
+        return model_config.get("critic_value_head_hidden_dim")
