@@ -264,3 +264,39 @@ def test_each_iac_critic_takes_a_hand_computed_adamw_step(tmp_path, tokenizer):
         after = list(trainer.critic.critics[agent].parameters())
         for e, a in zip(expected, after, strict=True):
             torch.testing.assert_close(a.detach(), e, atol=1e-6, rtol=1e-5)
+
+
+def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one_critics_included(tmp_path, tokenizer):
+    """Two steps, and the same run resumed from its first step's checkpoint: every actor and critic weight, and the
+    critics' AdamW moments, are the same; `critics.pt` is in each checkpoint."""
+
+    def build(folder):
+        args = MAACConfig(
+            output_dir=str(folder), max_new_tokens=3, num_train_epochs=2, eval_interval=0, num_turns=1,
+            early_termination_threshold=None, report_to="none", seed=0, agent_learning_rate=1e-3,
+            critic_learning_rate=1e-2, rollout_buffer_size=3, save_strategy="steps", save_steps=1,
+        )  # fmt: skip
+        return MAACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+            critics=[make_model(tokenizer, seed=2)],
+            tokenizer=tokenizer,
+            reward_func=score,
+            train_dataset=PROMPTS,
+            args=args,
+        )
+
+    whole = build(tmp_path / "whole")
+    whole.train()
+    assert whole.state.global_step == 2 and (tmp_path / "whole" / "checkpoint-1" / "critics.pt").is_file()
+    resumed = build(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-1"))
+    assert resumed.state.global_step == 2
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    saved, again = whole.critic.state_dict(), resumed.critic.state_dict()
+    for a, b in zip(saved["critics"][0].values(), again["critics"][0].values(), strict=True):
+        torch.testing.assert_close(a, b)
+    moments = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in saved["optimizers"][0]["state"].values()]
+    moments_again = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in again["optimizers"][0]["state"].values()]
+    torch.testing.assert_close(moments, moments_again)
+    assert float(moments[0][2]) == 2 * 2  # one step per agent, per training step
