@@ -18,17 +18,22 @@ from .value_head import ValueHead, last_hidden
 
 
 class CriticModel(nn.Module):
-    """A critic: a causal LM (`backbone`) and a `ValueHead` on its last layer's hidden state at the last token of each
-    sequence given (`value_head.last_hidden`), as CoMLRL's `CausalLMWithValueHead` with a value head."""
+    """A critic: a causal LM (`model`) and a `ValueHead` (`value_head`) on its last layer's hidden state at the last
+    token of each sequence given (`value_head.last_hidden`); the attributes are named as CoMLRL's
+    `CausalLMWithValueHead`'s, which its users read (``trainer.critics[0].value_head``)."""
 
-    def __init__(self, backbone: nn.Module, head_hidden_dim: int | None = None) -> None:
+    def __init__(self, model: nn.Module, head_hidden_dim: int | None = None) -> None:
         super().__init__()
-        self.backbone = backbone
-        self.head = ValueHead(backbone.config.hidden_size, head_hidden_dim)
+        self.model = model
+        self.value_head = ValueHead(model.config.hidden_size, head_hidden_dim)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """``(batch,)`` values, each read at its row's last attended token."""
-        return self.head(last_hidden(self.backbone, input_ids, attention_mask))
+        return self.value_head(last_hidden(self.model, input_ids, attention_mask))
+
+    def reads(self, vocabulary: int) -> bool:
+        """Whether its embeddings cover a tokenizer of `vocabulary` tokens (IAC's critic reads its agent's ids)."""
+        return self.model.get_input_embeddings().num_embeddings >= vocabulary
 
 
 @dataclass

@@ -6,14 +6,19 @@ their own AdamW (docs/critics.md)."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ....critic.learner import CriticModel, CriticSettings, TeamCritic
 from ...trainer import MAGRPOTrainer
 from .config import ActorCriticConfig, IACConfig, MAACConfig
+
+
+CRITICS_NAME = "critics.pt"  # in each checkpoint and saved model: `TeamCritic.state_dict()`
 
 
 class ActorCriticTrainer(MAGRPOTrainer):
@@ -104,8 +109,16 @@ class ActorCriticTrainer(MAGRPOTrainer):
             batch_size=int(self.args.comlrl_batch_sizes["train_batch_size"]),
         )
         heads = self._head_hidden_dim(critic_config)
+        critic_models = [CriticModel(m, heads) for m in models]
+        for agent, critic in enumerate(critic_models if not self.centralized else []):
+            if not critic.reads(len(self.tokenizers[agent])):
+                raise ValueError(
+                    f"{name}: critic {agent} reads agent {agent}'s token ids, as in CoMLRL, but its embeddings have "
+                    f"fewer rows than that agent's tokenizer ({len(self.tokenizers[agent])} tokens): give agent "
+                    f"{agent} a critic of its own family."
+                )
         self.critic = TeamCritic(
-            [CriticModel(m, heads) for m in models],
+            critic_models,
             settings,
             self.num_agents,
             joint_tokenizer=self.tokenizers[0],
@@ -114,6 +127,25 @@ class ActorCriticTrainer(MAGRPOTrainer):
 
     def _head_hidden_dim(self, model_config) -> int | None:
         return None
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights and optimizers
+        (`CRITICS_NAME`): in every checkpoint, before it is marked complete, and in `save_model`'s folder."""
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            folder = output_dir if output_dir is not None else self.args.output_dir
+            torch.save(self.critic.state_dict(), os.path.join(folder, CRITICS_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """The team's weights, then the critics' weights and optimizers, which a checkpoint of this trainer holds."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        path = os.path.join(resume_from_checkpoint, CRITICS_NAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{type(self).__name__}: {resume_from_checkpoint} has no {CRITICS_NAME}: it is not a checkpoint of an "
+                "actor-critic trainer, and the critics would start afresh."
+            )
+        self.critic.load_state_dict(torch.load(path, map_location=self.accelerator.device, weights_only=True))
 
     @property
     def critics(self) -> list:
@@ -162,7 +194,7 @@ def critic_sources(name: str, critic_model, critics, count: int) -> list:
 def load_critic(source, model_kwargs: dict):
     """A critic's backbone: a model given, or loaded from an id or folder with `model_config["critic_model_kwargs"]`."""
     if isinstance(source, CriticModel):
-        return source.backbone
+        return source.model
     if isinstance(source, str):
         try:
             return AutoModelForCausalLM.from_pretrained(source, **model_kwargs)
