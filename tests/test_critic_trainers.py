@@ -300,3 +300,14 @@ def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one_critics_incl
     moments_again = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in again["optimizers"][0]["state"].values()]
     torch.testing.assert_close(moments, moments_again)
     assert float(moments[0][2]) == 2 * 2  # one step per agent, per training step
+
+
+def test_an_iac_critic_must_read_its_agents_token_ids(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="critic 1 reads agent 1's token ids, as in CoMLRL, but its embeddings have"):
+        IACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+            critics=[make_model(tokenizer, seed=2), make_model(tokenizer, seed=3, vocab_size=100)],
+            tokenizer=tokenizer,
+            reward_func=score,
+            args=IACConfig(str(tmp_path), num_turns=1, report_to="none"),
+        )

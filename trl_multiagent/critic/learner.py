@@ -32,7 +32,7 @@ class CriticModel(nn.Module):
         return self.value_head(last_hidden(self.model, input_ids, attention_mask))
 
     def reads(self, vocabulary: int) -> bool:
-        """Whether its embeddings cover a tokenizer of `vocabulary` tokens (IAC's critic reads its agent's ids)."""
+        """Whether its embeddings have `vocabulary` rows or more (IAC's critic reads its agent's token ids)."""
         return self.model.get_input_embeddings().num_embeddings >= vocabulary
 
 

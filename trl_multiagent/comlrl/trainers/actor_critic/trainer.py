@@ -111,11 +111,11 @@ class ActorCriticTrainer(MAGRPOTrainer):
         heads = self._head_hidden_dim(critic_config)
         critic_models = [CriticModel(m, heads) for m in models]
         for agent, critic in enumerate(critic_models if not self.centralized else []):
-            if not critic.reads(len(self.tokenizers[agent])):
+            rows = self.agents[agent].get_input_embeddings().num_embeddings
+            if not critic.reads(rows):
                 raise ValueError(
                     f"{name}: critic {agent} reads agent {agent}'s token ids, as in CoMLRL, but its embeddings have "
-                    f"fewer rows than that agent's tokenizer ({len(self.tokenizers[agent])} tokens): give agent "
-                    f"{agent} a critic of its own family."
+                    f"fewer rows than that agent's ({rows}): give agent {agent} a critic of its own family."
                 )
         self.critic = TeamCritic(
             critic_models,
