@@ -113,8 +113,9 @@ def one_step(trainer_cls, config_cls, tmp_path, tokenizer, critic_type, critics,
         external_transition=lambda **_: ["next a", "next b"],
         train_dataset=PROMPTS,
         args=args,
+        metrics_callback=lambda samples: seen["callbacks"].append(samples) or {"samples": len(samples), "bad": "x"},
     )
-    seen = {"values": [], "updates": [], "advantages": [], "actor_grads_after_update": []}
+    seen = {"values": [], "updates": [], "advantages": [], "actor_grads_after_update": [], "callbacks": []}
     critic = trainer.critic
     values, update, loss = critic.values, critic.update, trainer._compute_loss
 
@@ -238,8 +239,19 @@ def test_one_step_takes_the_critics_advantages_and_updates_each_side_apart(
     assert {id(p) for o in trainer.critic.optimizers for g in o.param_groups for p in g["params"]} == critic_ids
     # each critic took one step per agent and turn (MAAC's one critic: once per agent, as CoMLRL's `_ac_step`)
     assert len(seen["losses"]) == 2 * 2 and sorted(set(turns)) == [1, 2]
+    # CoMLRL's metrics_callback: once per row, with that row's samples (each agent's, each turn's) as CoMLRL's
+    # RolloutSample gives them; its numbers logged, the rest left out
+    assert len(seen["callbacks"]) == len(PROMPTS)
+    for samples in seen["callbacks"]:
+        assert [(s.agent_idx, s.metadata["turn_idx"]) for s in samples] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        first = next(a for a, action in enumerate(tree.joint_actions) if action.node == tree.nodes.index(
+            next(n for n in tree.nodes if n.turn == 1 and n.prompts[0] == samples[0].prompt)))  # fmt: skip
+        value = values[first] if values.dim() == 1 else values[0, first]
+        assert float(samples[0].old_value) == pytest.approx(float(value))
+        assert samples[0].metadata["batch_item"]["prompt"] in samples[0].prompt
     # (d) CoMLRL's metric names; the logged returns are its undiscounted sums (turn 1: both turns' rewards)
     logs = trainer.state.log_history[0]
+    assert logs["samples"] == 4 and "bad" not in logs
     for t in (1, 2):
         assert f"turn_{t}/reward_mean" in logs and f"turn_{t}/expected_return" in logs
     both = [a.reward + tree.joint_actions[tree.nodes[a.child].joint_actions[0]].reward for a in tree.joint_actions

@@ -76,6 +76,8 @@ class TeamCritic:
         self.joint_tokenizer, self.device = joint_tokenizer, device
         # torch's AdamW at its defaults but the rate, on every parameter, as CoMLRL builds the critics' optimizers
         self.optimizers = [torch.optim.AdamW(c.parameters(), lr=settings.learning_rate) for c in self.critics]
+        self.last_values: torch.Tensor | None = None  # the last `step`'s rollout-time values and TD
+        self.last_td = None
 
     # ---------------------------------------------------------------- inputs and values
     def inputs(self, tree) -> list[list[list[int]]]:
@@ -124,6 +126,7 @@ class TeamCritic:
             return torch.zeros(0, self.num_agents, 0)
         values, inputs = self.values(tree)
         td = tree_td(tree, values, self.settings.discount, self.settings.normalize)
+        self.last_values, self.last_td = values, td  # what the face's `metrics_callback` records read
         if train:
             losses = self.update(inputs, td.targets, [tree.nodes[a.node].turn for a in tree.joint_actions])
             if log is not None:

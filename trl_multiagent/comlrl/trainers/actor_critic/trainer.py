@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,8 +23,8 @@ CRITICS_NAME = "critics.pt"  # in each checkpoint and saved model: `TeamCritic.s
 
 
 class ActorCriticTrainer(MAGRPOTrainer):
-    """What `IACTrainer` and `MAACTrainer` share: CoMLRL's signature, the critics, and a refusal of what is not built
-    for them yet (several processes, `metrics_callback`)."""
+    """What `IACTrainer` and `MAACTrainer` share: CoMLRL's signature, the critics, CoMLRL's `metrics_callback`, and a
+    refusal of what is not built for them yet (several processes)."""
 
     default_config_cls = ActorCriticConfig
     centralized = False  # MAAC: one critic for the team
@@ -66,11 +67,8 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(f"{name}: Tokenizer must be provided when using agents.")
         if args.num_turns > 1 and external_transition is None:
             raise ValueError(f"{name}: Multi-turn {args.algorithm} requires an external_transition.")
-        if metrics_callback is not None:
-            raise ValueError(
-                f"{name}: metrics_callback is not provided yet (it takes CoMLRL's RolloutSample records); a reward "
-                "function's `log_metric` keyword logs a value of its own (docs/critics.md)."
-            )
+        if metrics_callback is not None and not callable(metrics_callback):
+            raise TypeError(f"{name}: metrics_callback must be a callable, got {metrics_callback!r}.")
         sources = critic_sources(name, critic_model, critics, 1 if self.centralized else args.num_agents)
         model_config = dict(model_config or {})
         critic_config = {key: model_config.pop(key) for key in CRITIC_MODEL_CONFIG if key in model_config}
@@ -128,6 +126,23 @@ class ActorCriticTrainer(MAGRPOTrainer):
     def _head_hidden_dim(self, model_config) -> int | None:
         return None
 
+    def _generate_and_score_completions(self, inputs):
+        """The face's step; in training, then CoMLRL's `metrics_callback` on each row's samples (`RolloutRecord`),
+        its float values averaged over the rows and logged under their own keys."""
+        output = super()._generate_and_score_completions(inputs)
+        if self.metrics_callback is not None and self.model.training and self.critic.last_td is not None:
+            values: dict[str, list[float]] = {}
+            for samples in rollout_records(self.last_rollout, self.critic, inputs[:: self.num_generations]):
+                extra = self.metrics_callback(samples)
+                for key, value in extra.items() if isinstance(extra, dict) else ():
+                    try:
+                        number = float(value)
+                    except (TypeError, ValueError):
+                        continue  # as CoMLRL, a value that is not a number is left out
+                    values.setdefault(str(key), []).append(number)
+            self._log_metrics("train", {key: sum(v) / len(v) for key, v in values.items()})
+        return output
+
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights and optimizers
         (`CRITICS_NAME`): in every checkpoint, before it is marked complete, and in `save_model`'s folder."""
@@ -170,6 +185,59 @@ def critic_loading_keywords(model_config: dict, critic_config: dict) -> dict:
         if model_config.get(key) is not None:
             kwargs["dtype" if key == "torch_dtype" else key] = model_config[key]
     return {**kwargs, **dict(critic_config.get("critic_model_kwargs") or {})}
+
+
+@dataclass
+class RolloutRecord:
+    """One agent's sample of one turn, with the fields of CoMLRL's `RolloutSample` that its `metrics_callback` reads:
+    tensors of one value, as CoMLRL's; `returns` the undiscounted sum of the rewards from this turn on; `metadata`
+    with `turn_idx` (0-based), `generation_idx` and `batch_item`. CoMLRL's token fields are not filled."""
+
+    agent_idx: int
+    prompt: Any
+    completion: str
+    reward: torch.Tensor
+    returns: torch.Tensor
+    old_value: torch.Tensor
+    advantage: torch.Tensor
+    normalized_advantage: torch.Tensor
+    metadata: dict = field(default_factory=dict)
+
+
+def rollout_records(tree, critic: TeamCritic, rows: list) -> list[list[RolloutRecord]]:
+    """Each row's samples (agent-major, then turn), as CoMLRL hands `metrics_callback` one item's rollouts."""
+    children, undiscounted = tree.children(), {}
+    for a in reversed(range(len(tree.joint_actions))):  # a child's id is larger than its parent's
+        kids = children[a]
+        undiscounted[a] = tree.joint_actions[a].reward + (
+            sum(undiscounted[c] for c in kids) / len(kids) if kids else 0
+        )
+    values, td = critic.last_values, critic.last_td
+    per_row: dict[int, list[RolloutRecord]] = {}
+    for agent in range(critic.num_agents):
+        for a, action in enumerate(tree.joint_actions):
+            node = tree.nodes[action.node]
+            value = values[a] if values.dim() == 1 else values[agent, a]
+            target = td.targets[a] if td.targets.dim() == 1 else td.targets[agent, a]
+            advantage = td.advantages[a] if td.advantages.dim() == 1 else td.advantages[agent, a]
+            per_row.setdefault(node.row, []).append(
+                RolloutRecord(
+                    agent_idx=agent,
+                    prompt=tree.action_prompts(a)[agent],
+                    completion=tree.answers(a)[agent],
+                    reward=torch.tensor([action.reward]),
+                    returns=torch.tensor([undiscounted[a]]),
+                    old_value=value.view(1).clone(),
+                    advantage=(target - value).view(1).clone(),
+                    normalized_advantage=advantage.view(1).clone(),
+                    metadata={
+                        "turn_idx": node.turn - 1,
+                        "generation_idx": action.choice[agent],
+                        "batch_item": rows[node.row],
+                    },
+                )
+            )
+    return [per_row[row] for row in sorted(per_row)]
 
 
 def critic_sources(name: str, critic_model, critics, count: int) -> list:
