@@ -61,7 +61,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     - `_generate_and_score_completions` is the step read top to bottom: a rollout grows a tree per prompt
       (`rollout.run_rollout`: each turn, one batched generation per agent over every live node, with transformers
       `generate` or vLLM, one call of the joint reward, the transition for each branch that goes on; the public
-      `rollout` is the same, for `evaluation`); `credit.assign` gives returns and group-relative advantages;
+      `rollout` is the same, for `evaluation`); `credit.assign` gives returns and group-relative advantages (with a
+      learned `critic`, the CoMLRL face's IAC and MAAC, the critic's TD advantages instead);
       `update.batching` turns each agent's completions into rows;
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
