@@ -74,6 +74,7 @@ def test_configs_have_comlrls_defaults_and_accept_one_generation(config_cls, ext
         ({"use_separate_critic": False}, "use_separate_critic=False .* is not built yet"),
         ({"advantage_mode": "rloo"}, "advantage_mode='rloo' is refused"),
         ({"reference_kl_enabled": True}, "reference_kl_enabled=True is refused"),
+        ({"branching": "best"}, "branching='best' is refused"),
         # GRPOConfig's own refusals stay: only its refusal of one generation is caught
         ({"generation_batch_size": 8}, "'generation_batch_size' and 'steps_per_generation' can not be both"),
     ],

@@ -87,6 +87,8 @@ class ActorCriticConfig(MAGRPOConfig):
                                      "reward; that is not built here yet"),
             "advantage_mode": (str(self.advantage_mode).lower() != "mean", f"CoMLRL's {name} has no advantage_mode: "
                                "the critic is the baseline"),
+            "branching": (self.branching != "all", "a TD target bootstraps from the node each joint action expanded "
+                          "into: every joint action of a node that goes on must be continued"),
         }  # fmt: skip
         for field_name, (bad, why) in refused.items():
             if bad:
