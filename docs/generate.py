@@ -137,7 +137,7 @@ LAYOUT: dict[str, dict[str, list[str]]] = {
         ],
         "saved teams' cards, prepared models": ["model_card", "prepared_models", "embedded_model"],
         "diagnostics": ["diagnostics"],
-        "a learned critic (no step calls it yet)": ["critic/"],
+        "a learned critic (the CoMLRL face's IAC and MAAC)": ["critic/"],
         "TRL 1.15": ["trl_release"],
     },
 }  # fmt: skip

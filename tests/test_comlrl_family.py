@@ -54,6 +54,10 @@ MODULE_PATHS = {  # CoMLRL's module -> the names it exports that the face provid
         "MAReMaxTrainer",
         "MARLOOConfig",
         "MARLOOTrainer",
+        "IACConfig",
+        "IACTrainer",
+        "MAACConfig",
+        "MAACTrainer",
     ],
     "trainers.reinforce": [
         "MAGRPOConfig",
@@ -82,6 +86,9 @@ MODULE_PATHS = {  # CoMLRL's module -> the names it exports that the face provid
         "CentralizedComparatorParseError",
         "TaggedCentralizedComparatorAdapter",
     ],
+    "trainers.actor_critic": ["IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"],
+    "trainers.actor_critic.iac": ["IACConfig", "IACTrainer"],
+    "trainers.actor_critic.maac": ["MAACConfig", "MAACTrainer"],
     "utils": ["RewardProcessors", "read_checkpoint_metadata"],
     "utils.reward_processor": ["RewardProcessors"],
     "utils.checkpoint": ["read_checkpoint_metadata"],
@@ -91,7 +98,7 @@ MODULE_PATHS = {  # CoMLRL's module -> the names it exports that the face provid
 COMLRL_EXPORTS = {
     "trainers": {
         *MODULE_PATHS["trainers"],
-        *("ActorCriticTrainerBase", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer", "JointRewardModel"),
+        *("ActorCriticTrainerBase", "JointRewardModel"),
         *("MADPOConfig", "MADPOTrainer", "MARLHFConfig", "MARLHFTrainer"),
     },
     "trainers.reinforce": set(MODULE_PATHS["trainers.reinforce"]),
@@ -101,7 +108,8 @@ COMLRL_EXPORTS = {
         *("MARLHFIterConfig", "MARLHFIterTrainer", "JointRewardModel"),
     },
     "trainers.actor_critic": {
-        *("ActorCriticTrainerBase", "IACConfig", "IACTrainer", "RolloutSample", "MAACConfig", "MAACTrainer"),
+        *MODULE_PATHS["trainers.actor_critic"],
+        *("ActorCriticTrainerBase", "RolloutSample"),
     },
     "utils": {
         *("read_checkpoint_metadata", "build_formatters", "ensure_pad_token", "ensure_tokenizer"),

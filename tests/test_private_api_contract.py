@@ -76,6 +76,10 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
 - `disable_gradient_checkpointing`, `add_hooks`, `remove_hooks`, `prepare_deepspeed`, `pad`, `ensure_master_addr_port`
   (undocumented helpers of `trl.models.utils` and `trl.trainer.utils`) -- trainer.py, generation/hf.py,
   team/assembly.py, update/batching.py, generation/vllm_settings.py -- signatures.
+- `GRPOConfig.__post_init__`'s refusal of `num_generations < 2` -- comlrl/trainers/actor_critic/config.py
+  (`ActorCriticConfig._grpo_post_init` catches it for `num_generations=1`) -- a `ValueError` opening with
+  `ONE_GENERATION_REFUSAL`, after which `__post_init__` reads only `vllm_importance_sampling_*` fields (the checks the
+  catch skips, which do not apply: the actor-critic configs refuse vLLM).
 
 transformers
 
@@ -703,6 +707,20 @@ def test_called_helpers_keep_their_signatures():
     assert params(prepare_deepspeed) == ["model", "accelerator"]
     assert params(pad) == ["tensors", "padding_value", "padding_side", "pad_to_multiple_of"]
     assert params(ensure_master_addr_port) == ["addr", "port"]
+
+
+@contract("trl", "GRPOConfig.__post_init__", used_in="comlrl/trainers/actor_critic/config.py")
+def test_one_generation_is_refused_after_every_check_but_the_vllm_sampling_ones(tmp_path):
+    from trl_multiagent.comlrl.trainers.actor_critic.config import ONE_GENERATION_REFUSAL
+
+    with pytest.raises(ValueError) as refused:
+        GRPOConfig(str(tmp_path), num_generations=1, per_device_train_batch_size=1, use_cpu=True, bf16=False)
+    assert str(refused.value).startswith(ONE_GENERATION_REFUSAL)
+    source = inspect.getsource(GRPOConfig.__post_init__)
+    assert source.count("if self.num_generations < 2:") == 1
+    after = source.split("if self.num_generations < 2:", 1)[1]
+    read = set(re.findall(r"self\.(\w+)", after)) - {"num_generations"}
+    assert read and all(name.startswith("vllm_importance_sampling_") for name in read), sorted(read)
 
 
 # ====================================================================== transformers

@@ -417,9 +417,14 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
         # Before GRPOConfig, whose own checks of these divide by num_generations and do not say what to change
         self._check_num_generations()
         self._check_whole_prompts()
-        super().__post_init__()
+        self._grpo_post_init()
         self.max_new_tokens = self.max_completion_length
         self._check_fields()
+
+    def _grpo_post_init(self) -> None:
+        """GRPOConfig's `__post_init__`, as one method: the CoMLRL face's actor-critic configs override it to accept the
+        one generation per prompt that GRPOConfig refuses, their critic being the baseline (docs/critics.md)."""
+        super().__post_init__()
 
     def check(self) -> None:
         """Every rule `__post_init__` applies, again: the trainer calls it when it is built, so that a field set after

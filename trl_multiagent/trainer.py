@@ -61,7 +61,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     - `_generate_and_score_completions` is the step read top to bottom: a rollout grows a tree per prompt
       (`rollout.run_rollout`: each turn, one batched generation per agent over every live node, with transformers
       `generate` or vLLM, one call of the joint reward, the transition for each branch that goes on; the public
-      `rollout` is the same, for `evaluation`); `credit.assign` gives returns and group-relative advantages;
+      `rollout` is the same, for `evaluation`); `credit.assign` gives returns and group-relative advantages (with a
+      learned `critic`, the CoMLRL face's IAC and MAAC, the critic's TD advantages instead);
       `update.batching` turns each agent's completions into rows;
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
@@ -133,6 +134,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
     # rollout's share of the step) and `_compute_loss` (the log-prob function hands it the policy's forward).
     _micro_step: MicroStep | None = None
     _open_loss_call: LossCall | None = None
+    # A learned critic (`critic.TeamCritic`), whose advantages replace the group's: the CoMLRL face's IAC and MAAC
+    critic = None
 
     @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
@@ -288,6 +291,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         rollout = self._rollout(rows, k)
         tree = rollout.tree
         returns, credited, advantages = credit.assign(tree, self.credit_rules)  # advantages: (nodes, agents, K)
+        if self.critic is not None:  # a learned critic's TD advantages instead; it learns in training (`critic`)
+            advantages = self.critic.step(tree, train=mode == "train", log=partial(self._log_metrics, mode))
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.

@@ -378,13 +378,13 @@ SECTIONS = {
     ),
 }
 
-# Python blocks not run, with why: fragments of families the face does not provide, whose names the page never binds.
+# Python blocks not run, with why: IAC/MAAC fragments whose names the page never binds.
 FRAGMENTS = {
     ("docs/user-guide/training-initialization.md", "training-and-evaluation", 2): (
-        "IAC/MAAC only: `ac_trainer` is 'an existing IACTrainer or MAACTrainer' (families not provided)"
+        "IAC/MAAC only: `ac_trainer` is 'an existing IACTrainer or MAACTrainer', which the page never builds"
     ),
     ("docs/user-guide/training-initialization.md", "custom-metrics", 2): (
-        "IAC/MAAC only: `metrics_callback` is for IACTrainer(...) or MAACTrainer(...) (families not provided)"
+        "IAC/MAAC only: `metrics_callback` is for IACTrainer(...) or MAACTrainer(...), which the page never builds"
     ),
 }
 

@@ -1,6 +1,7 @@
 """CoMLRL 1.4.3's face: `MAGRPOConfig` and `MAGRPOTrainer` with CoMLRL's names, defaults and calls, as subclasses of
 the TRL face's (`trl_multiagent.MAGRPOConfig`, `MAGRPOTrainer`), so still a `trl.GRPOTrainer` on the same core; and
-CoMLRL's REINFORCE family on them (`MAREINFORCE*`, `MARLOO*`, `MAReMax*`, `CentralizedMAGRPO*`).
+CoMLRL's REINFORCE family on them (`MAREINFORCE*`, `MARLOO*`, `MAReMax*`, `CentralizedMAGRPO*`), and its
+actor-critic trainers (`IAC*`, `MAAC*`: a learned critic's advantages, `trl_multiagent.critic`).
 
 A CoMLRL script runs with `comlrl` replaced by `trl_multiagent.comlrl` in its imports, flat or by CoMLRL's module
 paths::
@@ -10,7 +11,7 @@ paths::
     from trl_multiagent.comlrl.utils.reward_processor import RewardProcessors
     from trl_multiagent.comlrl.utils import read_checkpoint_metadata
 
-CoMLRL's other public names (its actor-critic and preference trainers, its helpers) raise an `ImportError` that names
+CoMLRL's other public names (its preference trainers, the actor-critic base class, its helpers) raise an `ImportError` that names
 them (`not_provided`). Outside this package no module uses CoMLRL's own names or imports from it
 (`tests/test_layers.py`): the TRL face tells a user who gives it a CoMLRL name what TRL calls it from this face's table
 (`names`), which the package's `__init__`, above both faces, registers with `keywords`. Elsewhere CoMLRL is mentioned to
@@ -21,6 +22,7 @@ point to this face, as the source of a credit option, in a comparison, or in the
 from .config import MAGRPOConfig
 from .not_provided import module_getattr
 from .trainer import MAGRPOTrainer
+from .trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from .trainers.preference import (
     CentralizedComparatorAdapter,
     CentralizedComparatorParseError,
@@ -50,6 +52,10 @@ __all__ = [
     "MAReMaxTrainer",
     "CentralizedMAGRPOConfig",
     "CentralizedMAGRPOTrainer",
+    "IACConfig",
+    "IACTrainer",
+    "MAACConfig",
+    "MAACTrainer",
     "CentralizedComparatorAdapter",
     "CentralizedComparatorParseError",
     "TaggedCentralizedComparatorAdapter",

@@ -323,7 +323,7 @@ def translate(config: MAGRPOConfig) -> None:
             "against each agent's frozen copy (CoMLRL subtracts it from the returns instead)."
         )
     k = config.num_generations
-    if not (isinstance(k, int) and k >= 2) or config.num_turns < 1:
+    if not (isinstance(k, int) and k >= 1) or config.num_turns < 1:
         return  # no batch layout: the TRL face's checks refuse num_generations or num_turns, naming them
     rows, given = config.comlrl_batch_sizes["eval_batch_size"] * k, "eval_batch_size" in config.given_batch_sizes
     if config.per_device_eval_batch_size == _default(config, "per_device_eval_batch_size"):

@@ -23,10 +23,6 @@ _UTILS = ("utils",)
 NOT_PROVIDED: dict[str, tuple[str, tuple[str, ...]]] = {
     # actor-critic family
     "ActorCriticTrainerBase": ("actor-critic trainers' base class", _ACTOR_CRITIC),
-    "IACConfig": ("independent actor-critic (IAC) config", _ACTOR_CRITIC),
-    "IACTrainer": ("independent actor-critic (IAC) trainer", _ACTOR_CRITIC),
-    "MAACConfig": ("multi-agent actor-critic (MAAC) config", _ACTOR_CRITIC),
-    "MAACTrainer": ("multi-agent actor-critic (MAAC) trainer", _ACTOR_CRITIC),
     "RolloutSample": ("actor-critic rollout record", ("trainers.actor_critic",)),
     # preference family
     "MADPOConfig": ("multi-agent DPO config", _PREFERENCE),
@@ -82,8 +78,8 @@ def not_provided_message(name: str) -> str:
     what, modules = NOT_PROVIDED[name]
     where = ", ".join(f"comlrl.{module}" for module in modules)
     return (
-        f"{name} (CoMLRL 1.4.3's {what}, in {where}) is not provided by {FACE}: the face provides CoMLRL's MAGRPO and "
-        f"REINFORCE family. {DOCS} lists what is provided and what is not."
+        f"{name} (CoMLRL 1.4.3's {what}, in {where}) is not provided by {FACE}: the face provides CoMLRL's MAGRPO, "
+        f"REINFORCE family and actor-critic trainers (IAC, MAAC). {DOCS} lists what is provided and what is not."
     )
 
 

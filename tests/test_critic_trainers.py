@@ -1,0 +1,326 @@
+"""CoMLRL 1.4.3's actor-critic trainers in the CoMLRL face (`IACTrainer`, `MAACTrainer`): their configs' names,
+defaults and refusals (one generation per prompt accepted), and one training step of each on tiny models, in which
+the actors' loss receives the critic's TD advantages on its rollout-time values (worked by hand here), the value loss
+reaches only the critics and the policy loss only the actors, the critics take a hand-computed AdamW step, and
+CoMLRL's metric names are logged. CoMLRL's numbers are read from its 1.4.3 source
+(comlrl/trainers/actor_critic/{ac_base,iac,maac}.py)."""
+
+import copy
+import inspect
+import math
+
+import pytest
+import torch
+
+from trl_multiagent.comlrl import IACConfig, IACTrainer, MAACConfig, MAACTrainer, MAGRPOConfig
+from trl_multiagent.demo.testing import make_model
+
+
+# CoMLRL 1.4.3's defaults of the fields both configs have (IACConfig / MAACConfig)
+COMLRL_DEFAULTS = {
+    "agent_learning_rate": 5e-6,
+    "critic_learning_rate": 5e-6,
+    "rollout_buffer_size": 8,
+    "value_loss_coef": 0.6,
+    "advantage_normalization": True,
+    "max_new_tokens": 256,
+    "temperature": 0.6,
+    "top_p": 0.6,
+    "num_train_epochs": 40,
+    "critic_type": "v",
+    "num_agents": 2,
+    "num_turns": 2,
+    "parallel_training": "none",
+    "discount": 1.0,
+    "num_generations": 1,
+    "eval_interval": 16,
+    "eval_num_samples": 4,
+    "early_termination_threshold": -0.2,
+    "logging_steps": 1,
+    "reference_kl_enabled": False,
+    "reference_kl_coef": 0.1,
+}
+IAC_ONLY = {"value_clip_range": 0.2, "use_separate_critic": True, "critic_value_head_hidden_dim": None}
+# CoMLRL's trainers' parameters, in order (both trainers share them)
+COMLRL_PARAMETERS = [
+    "agent_model", "critic_model", "tokenizer", "reward_func", "reward_processor", "formatters", "args",
+    "train_dataset", "eval_dataset", "model_config", "wandb_config", "metrics_callback", "external_transition",
+    "agents", "critics",
+]  # fmt: skip
+DISCOUNT = 0.5
+PROMPTS = [{"prompt": "count to three"}, {"prompt": "name a colour"}, {"prompt": "say hi"}]
+
+
+@pytest.mark.parametrize("config_cls, extra", [(IACConfig, IAC_ONLY), (MAACConfig, {})])
+def test_configs_have_comlrls_defaults_and_accept_one_generation(config_cls, extra, tmp_path):
+    config = config_cls(str(tmp_path))
+    for name, value in {**COMLRL_DEFAULTS, **extra}.items():
+        assert getattr(config, name) == value, name
+    assert config.top_k == 0 and config.learning_rate == 5e-6  # CoMLRL's None (no top-k); agent_learning_rate
+    # rollout_buffer_size=8 tree nodes of an agent, a tree of two turns with K=1 has 2: four prompts per step
+    assert (config.per_device_train_batch_size, config.steps_per_generation) == (4, 1)
+    with pytest.raises(ValueError, match="num_generations must be >= 2, got 1"):
+        MAGRPOConfig(str(tmp_path), num_generations=1)  # the group's baseline needs two
+    assert isinstance(config, MAGRPOConfig)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"use_vllm": True}, "use_vllm=True is refused"),
+        ({"joint_mode": "cross"}, "joint_mode='cross' is refused"),
+        ({"num_generations": 2}, "Multi-turn IAC currently supports num_generations == 1"),
+        ({"critic_type": "w"}, "critic_type must be one of: 'v', 'q'"),
+        ({"use_separate_critic": False}, "use_separate_critic=False .* is not built yet"),
+        ({"advantage_mode": "rloo"}, "advantage_mode='rloo' is refused"),
+        ({"reference_kl_enabled": True}, "reference_kl_enabled=True is refused"),
+        ({"branching": "best"}, "branching='best' is refused"),
+        # GRPOConfig's own refusals stay: only its refusal of one generation is caught
+        ({"generation_batch_size": 8}, "'generation_batch_size' and 'steps_per_generation' can not be both"),
+    ],
+)
+def test_iac_config_refuses_what_is_not_built_or_comlrl_refuses(change, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        IACConfig(str(tmp_path), **change)
+
+
+def test_critic_learning_rate_none_is_the_agents_in_iac(tmp_path):
+    assert IACConfig(str(tmp_path), agent_learning_rate=1e-3, critic_learning_rate=None).critic_learning_rate == 1e-3
+
+
+@pytest.mark.parametrize("trainer_cls", [IACTrainer, MAACTrainer])
+def test_trainer_signatures_are_comlrls(trainer_cls):
+    assert list(inspect.signature(trainer_cls).parameters)[: len(COMLRL_PARAMETERS)] == COMLRL_PARAMETERS
+
+
+def score(completions1, completions2):
+    """Differs between answers (the tiny models' answers all have max_new_tokens tokens)."""
+    return [float(sum(map(ord, a + b)) % 7) for a, b in zip(completions1, completions2, strict=True)]
+
+
+def one_step(trainer_cls, config_cls, tmp_path, tokenizer, critic_type, critics, **config):
+    values = dict(
+        output_dir=str(tmp_path / "run"), max_new_tokens=3, num_train_epochs=1, eval_interval=0,
+        early_termination_threshold=None, report_to="none", seed=0, agent_learning_rate=1e-3,
+        critic_learning_rate=1e-2, rollout_buffer_size=6, discount=DISCOUNT, critic_type=critic_type,
+        value_loss_coef=0.6, update_chunk_size=12,  # one loss call per agent
+    )  # fmt: skip
+    args = config_cls(**{**values, **config})
+    trainer = trainer_cls(
+        agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+        critics=[make_model(tokenizer, seed=2 + i) for i in range(critics)],
+        tokenizer=tokenizer,
+        reward_func=score,
+        external_transition=lambda **_: ["next a", "next b"],
+        train_dataset=PROMPTS,
+        args=args,
+        metrics_callback=lambda samples: seen["callbacks"].append(samples) or {"samples": len(samples), "bad": "x"},
+    )
+    seen = {"values": [], "updates": [], "advantages": [], "actor_grads_after_update": [], "callbacks": []}
+    critic = trainer.critic
+    values, update, loss = critic.values, critic.update, trainer._compute_loss
+
+    def recorded_values(tree):
+        result = values(tree)
+        seen["values"].append(result[0].clone())
+        seen["tree"] = tree
+        return result
+
+    def recorded_update(inputs, targets, turns):
+        seen["critics_before"] = copy.deepcopy(critic.critics)
+        seen["updates"].append((inputs, targets.clone(), list(turns)))
+        result = update(inputs, targets, turns)
+        actors = [p for p in trainer.model.parameters() if p.grad is not None and bool(p.grad.any())]
+        seen["actor_grads_after_update"].append(len(actors))
+        seen["critic_grads"] = [p.grad.clone() for c in critic.critics for p in c.parameters()]
+        seen["losses"] = result
+        return result
+
+    def recorded_loss(model, inputs):
+        seen["advantages"].append(row_keys(inputs, tokenizer.pad_token_id))
+        return loss(model, inputs)
+
+    critic.values, critic.update, trainer._compute_loss = recorded_values, recorded_update, recorded_loss
+    actors_before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 1 and len(seen["values"]) == 1 and len(seen["updates"]) == 1
+    seen["actors_changed"] = any(
+        not torch.equal(b, p) for b, p in zip(actors_before, trainer.model.parameters(), strict=True)
+    )
+    return trainer, seen
+
+
+def row_keys(inputs, pad: int) -> list:
+    """Each row of a loss call as (its prompt's ids, its completion's ids, its advantage), sorted: the update runs
+    the rows in an order of its own."""
+    rows = []
+    for i in range(inputs["prompt_ids"].size(0)):
+        prompt = inputs["prompt_ids"][i][inputs["prompt_mask"][i].bool()].tolist()
+        completion = inputs["completion_ids"][i].tolist()
+        while completion and completion[-1] == pad:
+            completion.pop()
+        rows.append((tuple(prompt), tuple(completion), float(inputs["advantages"][i])))
+    return sorted(rows)
+
+
+def node_keys(tree, agent: int, advantages: list, pad: int) -> list:
+    rows = []
+    for node, advantage in zip(tree.nodes, advantages, strict=True):
+        completion = list(node.completion_ids[agent][0])
+        while completion and completion[-1] == pad:
+            completion.pop()
+        rows.append((tuple(node.prompt_ids[agent][0]), tuple(completion), advantage))
+    return sorted(rows)
+
+
+def zscore(values):
+    mean = sum(values) / len(values)
+    std = max(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), 1e-6)
+    return [(v - mean) / std for v in values]
+
+
+def hand_advantages(tree, values):
+    """CoMLRL's TD(0) advantages by hand, K=1: per agent, ``reward + discount * value of the next turn's sample`` (the
+    reward alone at the last turn), less the value; standardised per agent over the samples of a turn."""
+    rows = values if values.dim() == 2 else values.expand(2, -1)
+    out = []
+    for agent in range(2):
+        adv = []
+        for a, action in enumerate(tree.joint_actions):
+            nxt = 0.0 if action.child is None else float(rows[agent, tree.nodes[action.child].joint_actions[0]])
+            adv.append(action.reward + DISCOUNT * nxt - float(rows[agent, a]))
+        turns = [tree.nodes[a.node].turn for a in tree.joint_actions]
+        for turn in set(turns):
+            members = [a for a, t in enumerate(turns) if t == turn]
+            for a, z in zip(members, zscore([adv[a] for a in members]), strict=True):
+                adv[a] = z
+        # the actors' rows are node-major, one per node with K=1
+        out.append([adv[node.joint_actions[0]] for node in tree.nodes])
+    return out
+
+
+def hand_adamw(model, lr, loss):
+    """One AdamW step from a fresh state, by hand: ``p (1 - lr wd) - lr m/(sqrt(v) + eps)`` with ``m = g``,
+    ``v = g^2`` after bias correction (torch's defaults: weight decay 0.01, eps 1e-8), no clipping."""
+    model.zero_grad()
+    loss.backward()
+    return [p.detach() * (1 - lr * 0.01) - lr * p.grad / (p.grad.abs() + 1e-8) for p in model.parameters()]
+
+
+@pytest.mark.parametrize(
+    "trainer_cls, config_cls, critic_type, critics",
+    [(IACTrainer, IACConfig, "q", 2), (MAACTrainer, MAACConfig, "v", 1)],
+)
+def test_one_step_takes_the_critics_advantages_and_updates_each_side_apart(
+    trainer_cls, config_cls, critic_type, critics, tmp_path, tokenizer
+):
+    trainer, seen = one_step(trainer_cls, config_cls, tmp_path, tokenizer, critic_type, critics)
+    tree, values = seen["tree"], seen["values"][0]
+    assert len(tree.nodes) == 2 * len(PROMPTS) and values.shape == ((2, 6) if critics == 2 else (6,))
+    # (a) the actors' loss received the TD advantages of the rollout-time values (agent 0's rows, then agent 1's)
+    expected = hand_advantages(tree, values)
+    for agent, got in enumerate(seen["advantages"]):
+        want = node_keys(tree, agent, expected[agent], tokenizer.pad_token_id)
+        assert [row[:2] for row in got] == [row[:2] for row in want], agent
+        assert [row[2] for row in got] == pytest.approx([row[2] for row in want], abs=1e-5), agent
+    # MAAC's critic reads the joint prompt as CoMLRL writes it, with the first agent's tokenizer
+    inputs, targets, turns = seen["updates"][0]
+    if critics == 1:
+        prompts = tree.action_prompts(0)
+        text = f"[Agent 0] {prompts[0]}\n\n[Agent 1] {prompts[1]}"
+        assert inputs[0][0] == tokenizer(text, truncation=True)["input_ids"]
+    # (b) the value loss's backward left no gradient on the actors; the policy loss's none on the critics (their
+    # gradients after the step are the value loss's), and each optimizer holds only its own side's parameters
+    assert seen["actor_grads_after_update"] == [0] and seen["actors_changed"]
+    after = [p.grad for c in trainer.critic.critics for p in c.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(after, seen["critic_grads"], strict=True))
+    actor_ids = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    critic_ids = {id(p) for c in trainer.critic.critics for p in c.parameters()}
+    assert actor_ids and critic_ids and not actor_ids & critic_ids
+    assert {id(p) for o in trainer.critic.optimizers for g in o.param_groups for p in g["params"]} == critic_ids
+    # each critic took one step per agent and turn (MAAC's one critic: once per agent, as CoMLRL's `_ac_step`)
+    assert len(seen["losses"]) == 2 * 2 and sorted(set(turns)) == [1, 2]
+    # CoMLRL's metrics_callback: once per row, with that row's samples (each agent's, each turn's) as CoMLRL's
+    # RolloutSample gives them; its numbers logged, the rest left out
+    assert len(seen["callbacks"]) == len(PROMPTS)
+    for samples in seen["callbacks"]:
+        assert [(s.agent_idx, s.metadata["turn_idx"]) for s in samples] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        first = next(a for a, action in enumerate(tree.joint_actions) if action.node == tree.nodes.index(
+            next(n for n in tree.nodes if n.turn == 1 and n.prompts[0] == samples[0].prompt)))  # fmt: skip
+        value = values[first] if values.dim() == 1 else values[0, first]
+        assert float(samples[0].old_value) == pytest.approx(float(value))
+        assert samples[0].metadata["batch_item"]["prompt"] in samples[0].prompt
+    # (d) CoMLRL's metric names; the logged returns are its undiscounted sums (turn 1: both turns' rewards)
+    logs = trainer.state.log_history[0]
+    assert logs["samples"] == 4 and "bad" not in logs
+    for t in (1, 2):
+        assert f"turn_{t}/reward_mean" in logs and f"turn_{t}/expected_return" in logs
+    both = [a.reward + tree.joint_actions[tree.nodes[a.child].joint_actions[0]].reward for a in tree.joint_actions
+            if a.child is not None]  # fmt: skip
+    assert logs["turn_1/expected_return"] == pytest.approx(sum(both) / len(both))
+    # the logged value loss is value_loss_coef times the mean squared TD error, averaged over the critics' steps
+    assert logs["critic/value_loss"] == pytest.approx(sum(seen["losses"]) / len(seen["losses"]))
+
+
+def test_each_iac_critic_takes_a_hand_computed_adamw_step(tmp_path, tokenizer):
+    """One turn: each agent's critic takes one step, on all its samples; by hand, from the critic before the update,
+    on ``value_loss_coef * mean((target - value)^2)``, the target the reward (no next turn)."""
+    trainer, seen = one_step(IACTrainer, IACConfig, tmp_path, tokenizer, "v", 2, num_turns=1, rollout_buffer_size=3)
+    inputs, targets, turns = seen["updates"][0]
+    tree = seen["tree"]
+    assert targets.tolist() == [[a.reward for a in tree.joint_actions]] * 2 and turns == [1, 1, 1]
+    for agent, before in enumerate(seen["critics_before"]):
+        values = trainer.critic._values(before, inputs[agent])
+        loss = 0.6 * ((targets[agent] - values) ** 2).mean()
+        assert seen["losses"][agent] == pytest.approx(float(loss))
+        expected = hand_adamw(before, 1e-2, loss)
+        after = list(trainer.critic.critics[agent].parameters())
+        for e, a in zip(expected, after, strict=True):
+            torch.testing.assert_close(a.detach(), e, atol=1e-6, rtol=1e-5)
+
+
+def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one_critics_included(tmp_path, tokenizer):
+    """Two steps, and the same run resumed from its first step's checkpoint: every actor and critic weight, and the
+    critics' AdamW moments, are the same; `critics.pt` is in each checkpoint."""
+
+    def build(folder):
+        args = MAACConfig(
+            output_dir=str(folder), max_new_tokens=3, num_train_epochs=2, eval_interval=0, num_turns=1,
+            early_termination_threshold=None, report_to="none", seed=0, agent_learning_rate=1e-3,
+            critic_learning_rate=1e-2, rollout_buffer_size=3, save_strategy="steps", save_steps=1,
+        )  # fmt: skip
+        return MAACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+            critics=[make_model(tokenizer, seed=2)],
+            tokenizer=tokenizer,
+            reward_func=score,
+            train_dataset=PROMPTS,
+            args=args,
+        )
+
+    whole = build(tmp_path / "whole")
+    whole.train()
+    assert whole.state.global_step == 2 and (tmp_path / "whole" / "checkpoint-1" / "critics.pt").is_file()
+    resumed = build(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-1"))
+    assert resumed.state.global_step == 2
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    saved, again = whole.critic.state_dict(), resumed.critic.state_dict()
+    for a, b in zip(saved["critics"][0].values(), again["critics"][0].values(), strict=True):
+        torch.testing.assert_close(a, b)
+    moments = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in saved["optimizers"][0]["state"].values()]
+    moments_again = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in again["optimizers"][0]["state"].values()]
+    torch.testing.assert_close(moments, moments_again)
+    assert float(moments[0][2]) == 2 * 2  # one step per agent, per training step
+
+
+def test_an_iac_critic_must_read_its_agents_token_ids(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="critic 1 reads agent 1's token ids, as in CoMLRL, but its embeddings have"):
+        IACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+            critics=[make_model(tokenizer, seed=2), make_model(tokenizer, seed=3, vocab_size=100)],
+            tokenizer=tokenizer,
+            reward_func=score,
+            args=IACConfig(str(tmp_path), num_turns=1, report_to="none"),
+        )

@@ -1,0 +1,297 @@
+"""CoMLRL 1.4.3's actor-critic trainers, `IACTrainer` and `MAACTrainer`, on the face's `MAGRPOTrainer` (so on TRL's
+core): CoMLRL's arguments in its order; the critics built from `critic_model`/`critics` as CoMLRL builds them
+(`trl_multiagent.critic`); the actors' advantages are the critics' one-step TD advantages, and the critics learn with
+their own AdamW (docs/critics.md)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from ....critic.learner import CriticModel, CriticSettings, TeamCritic
+from ...trainer import MAGRPOTrainer
+from .config import ActorCriticConfig, IACConfig, MAACConfig
+
+
+CRITICS_NAME = "critics.pt"  # in each checkpoint and saved model: `TeamCritic.state_dict()`
+
+
+class ActorCriticTrainer(MAGRPOTrainer):
+    """What `IACTrainer` and `MAACTrainer` share: CoMLRL's signature, the critics, CoMLRL's `metrics_callback`, and a
+    refusal of what is not built for them yet (several processes)."""
+
+    default_config_cls = ActorCriticConfig
+    centralized = False  # MAAC: one critic for the team
+
+    def __init__(
+        self,
+        agent_model: str | PreTrainedModel | None = None,
+        critic_model: str | PreTrainedModel | None = None,
+        tokenizer=None,
+        reward_func: Callable | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        formatters: Callable | Sequence[Callable] | None = None,
+        args: ActorCriticConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        model_config: dict[str, Any] | None = None,
+        wandb_config: dict[str, Any] | None = None,
+        metrics_callback: Callable | None = None,
+        external_transition: Callable | None = None,
+        agents: Sequence | None = None,
+        critics: Sequence | None = None,
+        **trl_arguments,
+    ):
+        name = type(self).__name__
+        args = self.default_config_cls() if args is None else args
+        if not isinstance(args, self.default_config_cls):
+            raise TypeError(
+                f"{name} (CoMLRL face) needs `{self.default_config_cls.__name__}` as `args`, got "
+                f"{type(args).__module__}.{type(args).__name__}."
+            )
+        if reward_func is None or not callable(reward_func):
+            raise ValueError(f"{name}: reward_func must be a callable.")
+        if agent_model is None and agents is None:
+            raise ValueError(f"{name}: Either agent_model or agents must be provided (CoMLRL's words).")
+        if agents is None and args.num_agents > 1 and isinstance(agent_model, PreTrainedModel):
+            raise ValueError(
+                f"{name}: Multi-agent {args.algorithm} requires `agent_model` to be a pretrained identifier string."
+            )
+        if agents is not None and tokenizer is None:
+            raise ValueError(f"{name}: Tokenizer must be provided when using agents.")
+        if args.num_turns > 1 and external_transition is None:
+            raise ValueError(f"{name}: Multi-turn {args.algorithm} requires an external_transition.")
+        if metrics_callback is not None and not callable(metrics_callback):
+            raise TypeError(f"{name}: metrics_callback must be a callable, got {metrics_callback!r}.")
+        sources = critic_sources(name, critic_model, critics, 1 if self.centralized else args.num_agents)
+        model_config = dict(model_config or {})
+        critic_config = {key: model_config.pop(key) for key in CRITIC_MODEL_CONFIG if key in model_config}
+        args = copy.copy(args)
+        # The critic's TD targets take `discount`; the logged returns stay CoMLRL's undiscounted sums
+        self._critic_discount, args.discount = args.discount, 1.0
+        super().__init__(
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=args.num_agents,
+            tokenizer=tokenizer,
+            model_config=model_config,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            formatters=formatters,
+            external_transition=external_transition,
+            wandb_config=wandb_config,
+            args=args,
+            **trl_arguments,
+        )
+        if self.accelerator.num_processes > 1:
+            raise ValueError(
+                f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
+            )
+        self.metrics_callback = metrics_callback
+        models = [load_critic(source, critic_loading_keywords(model_config, critic_config)) for source in sources]
+        settings = CriticSettings(
+            centralized=self.centralized,
+            critic_type=self.args.critic_type,
+            discount=self._critic_discount,
+            normalize=self.args.advantage_normalization,
+            value_loss_coef=self.args.value_loss_coef,
+            learning_rate=self.args.critic_learning_rate,
+            batch_size=int(self.args.comlrl_batch_sizes["train_batch_size"]),
+        )
+        heads = self._head_hidden_dim(critic_config)
+        critic_models = [CriticModel(m, heads) for m in models]
+        for agent, critic in enumerate(critic_models if not self.centralized else []):
+            rows = self.agents[agent].get_input_embeddings().num_embeddings
+            if not critic.reads(rows):
+                raise ValueError(
+                    f"{name}: critic {agent} reads agent {agent}'s token ids, as in CoMLRL, but its embeddings have "
+                    f"fewer rows than that agent's ({rows}): give agent {agent} a critic of its own family."
+                )
+        self.critic = TeamCritic(
+            critic_models,
+            settings,
+            self.num_agents,
+            joint_tokenizer=self.tokenizers[0],
+            device=self.accelerator.device,
+        )
+
+    def _head_hidden_dim(self, model_config) -> int | None:
+        return None
+
+    def _generate_and_score_completions(self, inputs):
+        """The face's step; in training, then CoMLRL's `metrics_callback` on each row's samples (`RolloutRecord`),
+        its float values averaged over the rows and logged under their own keys."""
+        output = super()._generate_and_score_completions(inputs)
+        if self.metrics_callback is not None and self.model.training and self.critic.last_td is not None:
+            values: dict[str, list[float]] = {}
+            for samples in rollout_records(self.last_rollout, self.critic, inputs[:: self.num_generations]):
+                extra = self.metrics_callback(samples)
+                for key, value in extra.items() if isinstance(extra, dict) else ():
+                    try:
+                        number = float(value)
+                    except (TypeError, ValueError):
+                        continue  # as CoMLRL, a value that is not a number is left out
+                    values.setdefault(str(key), []).append(number)
+            self._log_metrics("train", {key: sum(v) / len(v) for key, v in values.items()})
+        return output
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights and optimizers
+        (`CRITICS_NAME`): in every checkpoint, before it is marked complete, and in `save_model`'s folder."""
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            folder = output_dir if output_dir is not None else self.args.output_dir
+            torch.save(self.critic.state_dict(), os.path.join(folder, CRITICS_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """The team's weights, then the critics' weights and optimizers, which a checkpoint of this trainer holds."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        path = os.path.join(resume_from_checkpoint, CRITICS_NAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{type(self).__name__}: {resume_from_checkpoint} has no {CRITICS_NAME}: it is not a checkpoint of an "
+                "actor-critic trainer, and the critics would start afresh."
+            )
+        self.critic.load_state_dict(torch.load(path, map_location=self.accelerator.device, weights_only=True))
+
+    @property
+    def critics(self) -> list:
+        """The critic models (CoMLRL's `critics`): one per agent (IAC) or one (MAAC)."""
+        return self.critic.critics
+
+    @property
+    def critic_optimizers(self) -> list:
+        """Each critic's AdamW (CoMLRL's IAC `critic_optimizers`)."""
+        return self.critic.optimizers
+
+
+# `model_config`'s keys for the critics (CoMLRL's): the rest is the actors', as the face reads it
+CRITIC_MODEL_CONFIG = ("critic_model_kwargs", "critic_value_head_hidden_dim")
+
+
+def critic_loading_keywords(model_config: dict, critic_config: dict) -> dict:
+    """The critics' `from_pretrained` keywords, as CoMLRL resolves them: `model_config`'s dtype and attention
+    implementation, then its `critic_model_kwargs`."""
+    kwargs = {}
+    for key in ("torch_dtype", "dtype", "attn_implementation"):
+        if model_config.get(key) is not None:
+            kwargs["dtype" if key == "torch_dtype" else key] = model_config[key]
+    return {**kwargs, **dict(critic_config.get("critic_model_kwargs") or {})}
+
+
+@dataclass
+class RolloutRecord:
+    """One agent's sample of one turn, with the fields of CoMLRL's `RolloutSample` that its `metrics_callback` reads:
+    tensors of one value, as CoMLRL's; `returns` the undiscounted sum of the rewards from this turn on; `metadata`
+    with `turn_idx` (0-based), `generation_idx` and `batch_item`. CoMLRL's token fields are not filled."""
+
+    agent_idx: int
+    prompt: Any
+    completion: str
+    reward: torch.Tensor
+    returns: torch.Tensor
+    old_value: torch.Tensor
+    advantage: torch.Tensor
+    normalized_advantage: torch.Tensor
+    metadata: dict = field(default_factory=dict)
+
+
+def rollout_records(tree, critic: TeamCritic, rows: list) -> list[list[RolloutRecord]]:
+    """Each row's samples (agent-major, then turn), as CoMLRL hands `metrics_callback` one item's rollouts."""
+    children, undiscounted = tree.children(), {}
+    for a in reversed(range(len(tree.joint_actions))):  # a child's id is larger than its parent's
+        kids = children[a]
+        undiscounted[a] = tree.joint_actions[a].reward + (
+            sum(undiscounted[c] for c in kids) / len(kids) if kids else 0
+        )
+    values, td = critic.last_values, critic.last_td
+    per_row: dict[int, list[RolloutRecord]] = {}
+    for agent in range(critic.num_agents):
+        for a, action in enumerate(tree.joint_actions):
+            node = tree.nodes[action.node]
+            value = values[a] if values.dim() == 1 else values[agent, a]
+            target = td.targets[a] if td.targets.dim() == 1 else td.targets[agent, a]
+            advantage = td.advantages[a] if td.advantages.dim() == 1 else td.advantages[agent, a]
+            per_row.setdefault(node.row, []).append(
+                RolloutRecord(
+                    agent_idx=agent,
+                    prompt=tree.action_prompts(a)[agent],
+                    completion=tree.answers(a)[agent],
+                    reward=torch.tensor([action.reward]),
+                    returns=torch.tensor([undiscounted[a]]),
+                    old_value=value.view(1).clone(),
+                    advantage=(target - value).view(1).clone(),
+                    normalized_advantage=advantage.view(1).clone(),
+                    metadata={
+                        "turn_idx": node.turn - 1,
+                        "generation_idx": action.choice[agent],
+                        "batch_item": rows[node.row],
+                    },
+                )
+            )
+    return [per_row[row] for row in sorted(per_row)]
+
+
+def critic_sources(name: str, critic_model, critics, count: int) -> list:
+    """The critics to build, as CoMLRL resolves them: `critics` (one each), or `critic_model` for each. A model in
+    memory given as `critic_model` would be shared by several critics: refused, naming `critics=`."""
+    if critic_model is None and critics is None:
+        raise ValueError(f"{name}: Either critic_model or critics must be provided (CoMLRL's words).")
+    if critics is not None:
+        if isinstance(critics, (str, bytes)) or not isinstance(critics, Sequence) or len(critics) != count:
+            raise ValueError(f"{name}: critics must be a list of {count} model(s) or ids, got {critics!r}.")
+        if critic_model is not None and not all(isinstance(c, str) and c == critic_model for c in critics):
+            raise ValueError(f"{name}: critic_model and critics conflict: {critic_model!r} != {list(critics)!r}.")
+        return list(critics)
+    if not isinstance(critic_model, str) and count > 1:
+        raise ValueError(
+            f"{name}: critic_model is a model in memory, which {count} critics would share; pass an id or folder, or "
+            "critics=[...] with one model per agent."
+        )
+    return [critic_model] * count
+
+
+def load_critic(source, model_kwargs: dict):
+    """A critic's backbone: a model given, or loaded from an id or folder with `model_config["critic_model_kwargs"]`."""
+    if isinstance(source, CriticModel):
+        return source.model
+    if isinstance(source, str):
+        try:
+            return AutoModelForCausalLM.from_pretrained(source, **model_kwargs)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"Failed to load critic model from identifier '{source}' (CoMLRL's words).") from error
+    return source
+
+
+class IACTrainer(ActorCriticTrainer):
+    """CoMLRL 1.4.3's `IACTrainer`: each agent has a critic model of its own (`critic_model` copied per agent, or
+    `critics`, one per agent), with a value head (`critic_value_head_hidden_dim`), giving V(h) from the agent's prompt
+    or Q(h, a) from its prompt and answer (`critic_type`). `use_separate_critic=False` is not built yet."""
+
+    default_config_cls = IACConfig
+    algorithm_name = _name = "IAC"
+
+    def _head_hidden_dim(self, model_config) -> int | None:
+        return self.args.critic_value_head_hidden_dim
+
+
+class MAACTrainer(ActorCriticTrainer):
+    """CoMLRL 1.4.3's `MAACTrainer`: one centralized critic (`critic_model`, or `critics` with one model) over the
+    joint prompt, ``[Agent i] <prompt>`` per agent (V), and with a ``[Joint Action]`` block of every agent's answer
+    (Q), tokenised with the first agent's tokenizer; its head's hidden layer is `model_config["critic_value_head_hidden_dim"]`,
+    as in CoMLRL."""
+
+    default_config_cls = MAACConfig
+    algorithm_name = _name = "MAAC"
+    centralized = True
+
+    def _head_hidden_dim(self, model_config) -> int | None:
+        return model_config.get("critic_value_head_hidden_dim")

@@ -1,0 +1,195 @@
+"""A team's learned critics, model side: a critic model (a causal LM's backbone and a `ValueHead`), the values it gives
+a rollout tree's joint actions, the TD advantages it hands the actors' loss, and its own update (AdamW at its own
+learning rate, no gradient clipping), as CoMLRL 1.4.3's IAC and MAAC (docs/critics.md).
+
+The trainer calls `TeamCritic.step` where it would take the group's advantages (`credit.assign`); the tree comes in
+as data, as in `credit`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .targets import tree_td, value_loss
+from .value_head import ValueHead, last_hidden
+
+
+class CriticModel(nn.Module):
+    """A critic: a causal LM (`model`) and a `ValueHead` (`value_head`) on its last layer's hidden state at the last
+    token of each sequence given (`value_head.last_hidden`); the attributes are named as CoMLRL's
+    `CausalLMWithValueHead`'s, which its users read (``trainer.critics[0].value_head``)."""
+
+    def __init__(self, model: nn.Module, head_hidden_dim: int | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.value_head = ValueHead(model.config.hidden_size, head_hidden_dim)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch,)`` values, each read at its row's last attended token."""
+        return self.value_head(last_hidden(self.model, input_ids, attention_mask))
+
+    def reads(self, vocabulary: int) -> bool:
+        """Whether its embeddings have `vocabulary` rows or more (IAC's critic reads its agent's token ids)."""
+        return self.model.get_input_embeddings().num_embeddings >= vocabulary
+
+
+@dataclass
+class CriticSettings:
+    """What the critics are and how they learn (the CoMLRL face's config fields, translated at its edge)."""
+
+    centralized: bool  # MAAC: one critic over the joint prompt (and the joint action); IAC: one per agent
+    critic_type: str  # "v": V(h), from the history; "q": Q(h, a), from the history and the answer
+    discount: float
+    normalize: bool  # advantages standardised per agent and turn, as CoMLRL normalises them
+    value_loss_coef: float
+    learning_rate: float
+    batch_size: int  # samples of an agent per critic step (CoMLRL's `train_batch_size`)
+
+
+class TeamCritic:
+    """The critics of a team: IAC's one per agent, or MAAC's one centralized critic, each with its own AdamW.
+
+    - `values(tree)`: each joint action's rollout-time value, ``(agents, A)`` (IAC) or ``(A,)`` (MAAC), with the
+      inputs they were read from;
+    - `step(tree, train)`: the TD advantages (`targets.tree_td`) as ``(nodes, agents, K)``, the layout of
+      `credit.assign`'s; in training, then the critics' update on the TD targets (`update`).
+    """
+
+    def __init__(
+        self,
+        critics: Sequence[CriticModel],
+        settings: CriticSettings,
+        num_agents: int,
+        joint_tokenizer=None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        expected = 1 if settings.centralized else num_agents
+        if len(critics) != expected:
+            raise ValueError(f"TeamCritic: {expected} critic(s) expected, got {len(critics)}.")
+        if settings.centralized and joint_tokenizer is None:
+            raise ValueError("TeamCritic: a centralized critic reads the joint prompt as text: it needs a tokenizer.")
+        self.critics = [critic.to(device) for critic in critics]
+        self.settings, self.num_agents = settings, num_agents
+        self.joint_tokenizer, self.device = joint_tokenizer, device
+        # torch's AdamW at its defaults but the rate, on every parameter, as CoMLRL builds the critics' optimizers
+        self.optimizers = [torch.optim.AdamW(c.parameters(), lr=settings.learning_rate) for c in self.critics]
+        self.last_values: torch.Tensor | None = None  # the last `step`'s rollout-time values and TD
+        self.last_td = None
+
+    # ---------------------------------------------------------------- inputs and values
+    def inputs(self, tree) -> list[list[list[int]]]:
+        """Per critic, the token ids its value of each joint action is read from: IAC's critic i, agent i's prompt
+        (V) or prompt and completion (Q); MAAC's, the joint prompt (V) or it and the joint action (Q), as text in
+        CoMLRL's layout (`joint_text`) tokenised with the first agent's tokenizer."""
+        q = self.settings.critic_type == "q"
+        if self.settings.centralized:
+            texts = [
+                joint_text(tree.action_prompts(a), tree.answers(a) if q else None)
+                for a in range(len(tree.joint_actions))
+            ]
+            return [[self.joint_tokenizer(text, truncation=True)["input_ids"] for text in texts]]
+        per_agent = []
+        for agent in range(self.num_agents):
+            rows = []
+            for action in tree.joint_actions:
+                node, k = tree.nodes[action.node], action.choice[agent]
+                ids = list(node.prompt_ids[agent][k])
+                rows.append(ids + list(node.completion_ids[agent][k]) if q else ids)
+            per_agent.append(rows)
+        return per_agent
+
+    def _values(self, critic: CriticModel, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The critic's values of `rows`, right-padded in one batch."""
+        length = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), length, dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[i, : len(row)] = 1
+        return critic(ids, mask).float()
+
+    @torch.no_grad()
+    def values(self, tree) -> tuple[torch.Tensor, list]:
+        """The rollout-time values of the tree's joint actions: ``(agents, A)`` (IAC) or ``(A,)`` (MAAC)."""
+        inputs = self.inputs(tree)
+        values = torch.stack([self._values(c, rows) for c, rows in zip(self.critics, inputs, strict=True)])
+        return (values[0] if self.settings.centralized else values).cpu(), inputs
+
+    # ---------------------------------------------------------------- advantages and the update
+    def step(self, tree, train: bool, log: Callable[[dict], None] | None = None) -> torch.Tensor:
+        """The actors' advantages ``(nodes, agents, K)``: the TD advantages of the tree's joint actions on the
+        rollout-time values; in training, the critics then learn from the TD targets (`update`)."""
+        if not tree.joint_actions:
+            return torch.zeros(0, self.num_agents, 0)
+        values, inputs = self.values(tree)
+        td = tree_td(tree, values, self.settings.discount, self.settings.normalize)
+        self.last_values, self.last_td = values, td  # what the face's `metrics_callback` records read
+        if train:
+            losses = self.update(inputs, td.targets, [tree.nodes[a.node].turn for a in tree.joint_actions])
+            if log is not None:
+                log({"critic/value_loss": sum(losses) / len(losses), "critic/value_mean": float(values.mean())})
+        return completion_table(tree, td.advantages, self.num_agents)
+
+    def update(self, inputs: list, targets: torch.Tensor, turns: Sequence[int]) -> list[float]:
+        """CoMLRL's critic steps: for each agent in order, its samples of each turn, `batch_size` at a time, each a
+        step of the critic (IAC: the agent's; MAAC: the one critic, once per agent) on ``value_loss_coef * mean((target
+        - value)^2)``, with no gradient clipping. Returns each step's loss."""
+        losses = []
+        for agent in range(self.num_agents):
+            index = 0 if self.settings.centralized else agent
+            critic, optimizer, rows = self.critics[index], self.optimizers[index], inputs[index]
+            agent_targets = targets if targets.dim() == 1 else targets[agent]
+            for turn in sorted(set(turns)):
+                samples = [a for a, t in enumerate(turns) if t == turn]
+                for start in range(0, len(samples), self.settings.batch_size):
+                    batch = samples[start : start + self.settings.batch_size]
+                    predicted = self._values(critic, [rows[a] for a in batch])
+                    target = agent_targets[batch].to(predicted.device)
+                    loss = value_loss(predicted, target, self.settings.value_loss_coef)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(float(loss.detach()))
+        return losses
+
+    # ---------------------------------------------------------------- saving
+    def state_dict(self) -> dict:
+        return {
+            "critics": [c.state_dict() for c in self.critics],
+            "optimizers": [o.state_dict() for o in self.optimizers],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for critic, saved in zip(self.critics, state["critics"], strict=True):
+            critic.load_state_dict(saved)
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+
+
+def joint_text(prompts: Sequence, answers: Sequence[str] | None = None) -> str:
+    """CoMLRL's centralized critic's input: each agent's prompt as ``[Agent i] <prompt>``, and for Q a ``[Joint
+    Action]`` block with each agent's answer. A chat prompt is read as its messages' text."""
+    text = "\n\n".join(f"[Agent {i}] {_text(p)}" for i, p in enumerate(prompts))
+    if answers is None:
+        return text
+    actions = ["[Joint Action]"] + [f"[Agent {i} action]\n{a}" for i, a in enumerate(answers)]
+    return text + "\n\n" + "\n\n".join(actions)
+
+
+def _text(prompt) -> str:
+    return prompt if isinstance(prompt, str) else "\n".join(str(m.get("content", "")) for m in prompt)
+
+
+def completion_table(tree, advantages: torch.Tensor, num_agents: int) -> torch.Tensor:
+    """Joint-action advantages (``(A,)`` shared, or ``(agents, A)``) as ``(nodes, agents, K)``: each agent's
+    completion k at a node takes the advantage of the joint action it is part of ("aligned": one)."""
+    k = max(len(node.completions[0]) for node in tree.nodes)
+    table = torch.zeros(len(tree.nodes), num_agents, k)
+    rows = advantages.expand(num_agents, -1) if advantages.dim() == 1 else advantages
+    for a, action in enumerate(tree.joint_actions):
+        for agent, choice in enumerate(action.choice):
+            table[action.node, agent, choice] = rows[agent, a]
+    return table
