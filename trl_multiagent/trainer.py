@@ -250,13 +250,14 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         rollout.truncated_prompts += generation.truncated_prompts
         return generation
 
-    def rollout(self, rows: list[dict], num_generations: int) -> RolloutTree:
+    def rollout(self, rows: list[dict], num_generations: int, every_turn: bool = False) -> RolloutTree:
         """One rollout tree over dataset `rows` (a root node each) with the current policies, `num_generations` (K)
         completions per agent and node: the step's first stage (`rollout.run_rollout`), public for `evaluation`. Kept
-        as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world)."""
-        return self._rollout(rows, num_generations).tree
+        as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world). `every_turn`: every turn runs,
+        whatever `early_termination_threshold` says (CoMLRL's evaluation)."""
+        return self._rollout(rows, num_generations, every_turn).tree
 
-    def _rollout(self, rows: list[dict], num_generations: int) -> Rollout:
+    def _rollout(self, rows: list[dict], num_generations: int, every_turn: bool = False) -> Rollout:
         """`rollout`, returning what it measured with its tree."""
         rollout = Rollout(self.task.record(self.args.num_turns, self.state))
         with rollout.times.phase("sync"):
@@ -267,7 +268,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             num_generations=num_generations,
             num_turns=self.args.num_turns,
             joint_mode=self.credit_rules.joint_mode,
-            termination_threshold=self.args.early_termination_threshold,
+            termination_threshold=None if every_turn else self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
             generate=partial(self._measured_generation, rollout),
             score=partial(self.task.score, rollout.record, rows),
