@@ -93,7 +93,7 @@ transformers
 - `Trainer._load_optimizer_and_scheduler` -- update/entropy.py (overridden, as GRPOTrainer overrides it for its
   adaptive entropy coefficient) -- signature `(self, checkpoint)`; the training loop calls it with the checkpoint it
   resumes from, under DeepSpeed too.
-- `Trainer._remove_unused_columns` -- environment_lifecycle.py (overridden: every column is kept for the environments)
+- `Trainer._remove_unused_columns` -- trainer.py (overridden: every column is kept for the environments)
   -- signature `(self, dataset, description)`; where Trainer drops dataset columns (its dataloaders call it);
   GRPOTrainer does not override it.
 - `Trainer._save`, `Trainer._save_checkpoint`, `Trainer._load_from_checkpoint` (overridden), `rotate_checkpoints`
@@ -544,7 +544,7 @@ def test_tool_suffix_ids_reads_only_what_the_team_gives_it():
     )
 
 
-@contract("transformers", "Trainer._remove_unused_columns", used_in="environment_lifecycle.py")
+@contract("transformers", "Trainer._remove_unused_columns", used_in="trainer.py")
 def test_remove_unused_columns_is_the_one_place_columns_are_dropped():
     from transformers import Trainer
 

@@ -19,6 +19,7 @@ from transformers.utils import logging
 
 from ..arguments.datasets import check_dataset_fills_a_step
 from ..checkpoint import COMPLETE_MARKER, is_complete, resolve_resume
+from ..environment_lifecycle import close_environments
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
     add_special_tokens,
@@ -390,7 +391,7 @@ class MAGRPOTrainer(TRLFaceTrainer):
         finally:
             self.model.train(training)
             if not self.is_in_train:
-                self._close_environments()
+                close_environments(self.task)
         return paths
 
     # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
