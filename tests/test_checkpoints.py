@@ -104,3 +104,5 @@ def test_rotation_never_deletes_the_last_complete_checkpoint_for_one_being_writt
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same(torch.load(tmp_path / "weights_rank0.pt"), uninterrupted, rtol=0, atol=0)
     assert [os.path.basename(c) for c in checkpoint.checkpoints_by_step(str(tmp_path))] == ["checkpoint-4"]
+    # the checkpoint records the limit configured, though the Trainer's own rotation ran without it
+    assert torch.load(tmp_path / "checkpoint-4" / "training_args.bin", weights_only=False).save_total_limit == 1

@@ -91,12 +91,23 @@ def test_checkpoints_are_numbered_by_epoch_and_resuming_counts_on_to_the_uninter
 
 
 def test_checkpoint_interval_and_total_limit_count_epochs(tmp_path, tokenizer):
-    every2 = trainer(tmp_path, tokenizer, epochs=3)
+    # TRL's saving arguments set too: within train(checkpoint_dir=...) CoMLRL's arguments alone decide
+    every2 = trainer(tmp_path, tokenizer, epochs=3, save_strategy="steps", save_steps=1, save_total_limit=1)
     every2.train(checkpoint_dir=tmp_path / "every2", checkpoint_interval=2)
     assert names(tmp_path / "every2") == ["checkpoint-2", "checkpoint-3"]  # every second epoch, and the last
+    assert names(tmp_path / "run") == []  # no step's checkpoint
     newest = trainer(tmp_path, tokenizer, epochs=3)
     newest.train(checkpoint_dir=tmp_path / "newest", checkpoint_total_limit=2)
     assert names(tmp_path / "newest") == ["checkpoint-2", "checkpoint-3"]
+    # each checkpoint records the config as it was given, which training did not change
+    saved = torch.load(tmp_path / "every2" / "checkpoint-3" / "training_args.bin", weights_only=False)
+    for config in (saved, every2.args):
+        assert (config.output_dir, config.save_strategy, config.save_steps, config.save_total_limit) == (
+            str(tmp_path / "run"),
+            "steps",
+            1,
+            1,
+        )
 
 
 def test_another_runs_checkpoints_are_never_replaced(tmp_path, tokenizer):

@@ -81,6 +81,13 @@ TRL (`trl.trainer.grpo_trainer.GRPOTrainer`, which `MAGRPOTrainer` subclasses, a
   `ONE_GENERATION_REFUSAL`, after which `__post_init__` reads only `vllm_importance_sampling_*` fields (the checks the
   catch skips, which do not apply: the actor-critic configs refuse vLLM).
 
+- `GRPOTrainer.__init__`, the config it reads -- arguments/grpo.py (`grpo_trainer_settings`, around it in trainer.py)
+  -- `beta` (0.0: no reference model, `self.ref_model = None`), `use_vllm` (False: no vLLM engine, and
+  `self.generation_kwargs` filled for the transformers backend), `model_init_kwargs` (None: no warning that it is
+  ignored), `cast_lm_head_to_fp32` (False: no cast of the container's `lm_head`), `sync_ref_model` (False: no sync
+  callback, and no error with beta 0), `reward_weights` (one per reward function, made into `self.reward_weights`),
+  each read from `args` while `__init__` runs (after it, the trainer reads the configured values).
+
 transformers
 
 - `Trainer.current_gradient_accumulation_steps` -- trainer.py (`training_step`) -- set by the training loop before
@@ -90,12 +97,16 @@ transformers
 - `Trainer._load_optimizer_and_scheduler` -- update/entropy.py (overridden, as GRPOTrainer overrides it for its
   adaptive entropy coefficient) -- signature `(self, checkpoint)`; the training loop calls it with the checkpoint it
   resumes from, under DeepSpeed too.
-- `Trainer._remove_unused_columns` -- environment_lifecycle.py (overridden: every column is kept for the environments)
+- `Trainer._remove_unused_columns` -- trainer.py (overridden: every column is kept for the environments)
   -- signature `(self, dataset, description)`; where Trainer drops dataset columns (its dataloaders call it);
   GRPOTrainer does not override it.
 - `Trainer._save`, `Trainer._save_checkpoint`, `Trainer._load_from_checkpoint` (overridden), `rotate_checkpoints`
-  -- checkpoint.py, update/entropy.py (`_save_checkpoint`) -- signatures; `_save_checkpoint` rotates with `save_total_limit=self.args.save_total_limit`
-  (which the package sets to None around it, to rotate after the completion marker).
+  -- checkpoint.py, update/entropy.py (`_save_checkpoint`), comlrl/trainer.py (`_write_checkpoint`) -- signatures;
+  `_save_checkpoint` reads `output_dir` (through `_get_output_dir`), `save_only_model` and `save_total_limit` from
+  `self.args` when called, writes `checkpoint-{step}` there, and rotates last, with `rotate_checkpoints(...,
+  save_total_limit=self.args.save_total_limit)`, a function, not a method to override: the package binds `self.args`
+  to a copy without the limit for that one call (`checkpoint.args_for_one_call`), then rotates after the completion
+  marker with the configured limit; the config itself is never changed.
 - `GradientCheckpointingLayer._can_checkpoint_with_cache` -- update/prefix.py (`_cache_through_checkpointing`) -- a
   class attribute, False; with the instance attribute set to True, a checkpointed layer keeps its cache argument
   (training, gradients on), so the prefix's keys and values reach attention; `del` gives back the class's False.
@@ -152,6 +163,7 @@ mark on its own function.
 """
 
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -536,7 +548,7 @@ def test_tool_suffix_ids_reads_only_what_the_team_gives_it():
     )
 
 
-@contract("transformers", "Trainer._remove_unused_columns", used_in="environment_lifecycle.py")
+@contract("transformers", "Trainer._remove_unused_columns", used_in="trainer.py")
 def test_remove_unused_columns_is_the_one_place_columns_are_dropped():
     from transformers import Trainer
 
@@ -723,6 +735,48 @@ def test_one_generation_is_refused_after_every_check_but_the_vllm_sampling_ones(
     assert read and all(name.startswith("vllm_importance_sampling_") for name in read), sorted(read)
 
 
+# What `arguments.grpo_trainer_settings` sets for `GRPOTrainer.__init__`, each with how __init__ reads it: the line
+# that reads it, then what follows that the setting is there to turn off (or, for `reward_weights`, to fill), in order.
+GRPO_INIT_READS = {
+    "beta": ["self.beta = args.beta", "if self.beta == 0.0:", "self.ref_model = None"],
+    "use_vllm": [
+        "self.use_vllm = args.use_vllm", "if self.use_vllm:", "self.vllm_generation = VLLMGeneration(", "\n        else:",
+        "self.generation_kwargs = generation_kwargs",
+    ],  # `if self.use_vllm:` comes late in __init__, after everything it needs
+    "model_init_kwargs": ["if args.model_init_kwargs is not None:", "will be ignored"],
+    "cast_lm_head_to_fp32": ["if args.cast_lm_head_to_fp32:", "target_model.lm_head"],
+    "sync_ref_model": ["if args.sync_ref_model:", "if self.beta == 0.0:", "raise ValueError"],
+    "reward_weights": [
+        "if args.reward_weights is not None:", "if len(args.reward_weights) != len(reward_funcs):",
+        "self.reward_weights = torch.tensor(args.reward_weights",
+    ],
+}  # fmt: skip
+
+
+def read_in_order(source: str, pieces: list[str], within: int = 3000) -> bool:
+    """Whether `pieces` appear in `source` in order, each within `within` characters of the one before (the first
+    two of `use_vllm` excepted)."""
+    at = source.find(pieces[0])
+    for piece in pieces[1:]:
+        following = source.find(piece, at)
+        if at < 0 or following < 0 or (following - at > within and piece != "if self.use_vllm:"):
+            return False
+        at = following
+    return at >= 0
+
+
+@contract("trl", "GRPOTrainer.__init__", used_in="arguments/grpo.py, trainer.py")
+def test_grpo_init_reads_the_settings_the_team_gives_it():
+    source = inspect.getsource(GRPOTrainer.__init__)
+    unread = [name for name, pieces in GRPO_INIT_READS.items() if not read_in_order(source, pieces)]
+    assert unread == [], f"GRPOTrainer.__init__ no longer reads these as grpo_trainer_settings assumes: {unread}"
+    # every setting `grpo_trainer_settings` makes is one of these, and __init__ reads no other of them from elsewhere
+    from trl_multiagent.arguments.grpo import SETTINGS_FOR_GRPO_INIT
+
+    assert set(SETTINGS_FOR_GRPO_INIT) == set(GRPO_INIT_READS)
+    assert not re.search(r"getattr\(\s*args", source)
+
+
 # ====================================================================== transformers
 
 
@@ -736,6 +790,46 @@ def test_output_dir_without_a_trial_is_the_runs(tmp_path):
     assert params(Trainer._get_output_dir) == ["self", "trial"]
     assert grpo_trainer(tmp_path)._get_output_dir(trial=None) == str(tmp_path)
     assert "self._get_output_dir(trial=trial)" in inspect.getsource(Trainer._save_checkpoint)
+
+
+@contract(
+    "transformers", "Trainer._save_checkpoint", "rotate_checkpoints", "Trainer._get_output_dir",
+    used_in="checkpoint.py, comlrl/trainer.py",
+)  # fmt: skip
+def test_save_checkpoint_reads_the_args_bound_for_the_call_and_rotates_last(tmp_path):
+    # `TeamCheckpointing.write_complete_checkpoint` runs `_save_checkpoint` with `self.args` bound to a copy
+    # (`args_for_one_call`): the Trainer must read output_dir, save_only_model and save_total_limit from `self.args`
+    # when called, write into `_get_output_dir`'s folder, and rotate last, after every file it writes.
+    source = inspect.getsource(Trainer._save_checkpoint)
+    order = [
+        "run_dir = self._get_output_dir(trial=trial)",
+        "self.save_model(output_dir",
+        "if not self.args.save_only_model:",
+        "self._save_optimizer_and_scheduler(output_dir)",
+        "self.state.save_to_json(",
+        "rotate_checkpoints(",
+    ]
+    found = [source.find(line) for line in order]
+    assert -1 not in found and found == sorted(found), dict(zip(order, found, strict=True))
+    assert source.count("rotate_checkpoints(") == 1
+    assert "save_total_limit=self.args.save_total_limit" in source[found[-1] :]
+    # behaviour: with the limit on a copy bound as `args`, the copy's None keeps every checkpoint; the limit, not
+    trainer = grpo_trainer(tmp_path, save_only_model=True, save_total_limit=1)
+    for step in (1, 2):
+        trainer.state.global_step = step
+        configured = trainer.args
+        trainer.args = copy.copy(configured)
+        trainer.args.save_total_limit, trainer.args.output_dir = None, str(tmp_path / "elsewhere")
+        try:
+            trainer._save_checkpoint(trainer.model, trial=None)
+        finally:
+            trainer.args = configured
+    checkpoints = lambda: sorted(p.name for p in (tmp_path / "elsewhere").glob("checkpoint-*"))  # noqa: E731
+    assert checkpoints() == ["checkpoint-1", "checkpoint-2"]
+    trainer.args.output_dir = str(tmp_path / "elsewhere")  # the config's limit, 1, read at the call
+    trainer.state.global_step = 3
+    trainer._save_checkpoint(trainer.model, trial=None)
+    assert checkpoints() == ["checkpoint-3"]
 
 
 @contract("transformers", "Trainer._load_optimizer_and_scheduler", used_in="update/entropy.py")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from conftest import SANDBOX_INSTALL
 
 
@@ -37,35 +36,6 @@ def test_under_the_readmes_accelerate_launch_a_flag_error_is_the_last_line(tmp_p
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert lines[-1] == "length_ratio.py: unknown flag --num_turn (did you mean --num_turns or --num_iterations?)"
     assert done.returncode == 1 and "Traceback" not in done.stderr
-
-
-class Collected:
-    """A pytest plugin keeping what a collection selected, with each test's fixtures."""
-
-    def pytest_collection_finish(self, session):
-        self.items = {item.nodeid: set(item.fixturenames) for item in session.items}
-
-
-def default_suite_tests_using(fixture: str) -> list[str]:
-    """The tests of the default suite (pyproject's addopts applies) that use `fixture`, collected from every test file
-    that names it."""
-    files = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py")) if f'"{fixture}"' in p.read_text()]
-    files += [str(p) for p in sorted((ROOT / "tests").glob("test_*.py")) if f"({fixture}" in p.read_text()]
-    collected = Collected()
-    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sorted(set(files))], plugins=[collected])
-    assert code == 0
-    return [nodeid for nodeid, fixtures in collected.items.items() if fixture in fixtures]
-
-
-def test_the_counts_of_tests_that_skip_without_bubblewrap_or_chromium():
-    """README: "the N sandbox tests skip" (the `bubblewrap` fixture) and "the viewer's N browser tests skip" (the
-    `browser` fixture): the numbers a run without them would print in its last lines."""
-    sandbox = int(re.search(r"the (\d+) sandbox tests skip", README).group(1))
-    browser = int(re.search(r"the rollout tree viewer's (\d+) browser tests skip", README).group(1))
-    assert (sandbox, browser) == (
-        len(default_suite_tests_using("bubblewrap")),
-        len(default_suite_tests_using("browser")),
-    )
 
 
 def test_the_install_line_for_the_sandbox_is_the_one_the_skip_line_prints():

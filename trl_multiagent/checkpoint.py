@@ -323,16 +323,19 @@ def framework_versions(adapter: bool) -> dict[str, str]:
     return found
 
 
-def complete_and_rotate(run_dir: str, step: int, save_total_limit: int | None, best_model_checkpoint) -> None:
-    """Mark `checkpoint-{step}` complete (every process has written it), then rotate: `save_total_limit` never deletes
-    a complete checkpoint while the newest one is still being written."""
-    mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"))
-    rotate_checkpoints(
-        output_dir=run_dir,
-        save_total_limit=save_total_limit,
-        best_model_checkpoint=best_model_checkpoint,
-        use_mtime=True,
-    )
+@contextlib.contextmanager
+def args_for_one_call(trainer, **changes):
+    """Within the block, `trainer.args` is a shallow copy of the trainer's config with `changes`, for one call of the
+    Trainer that reads them there; the config itself is never changed, and is `trainer.args` again after."""
+    configured = trainer.args
+    call_args = copy.copy(configured)
+    for name, value in changes.items():
+        setattr(call_args, name, value)
+    trainer.args = call_args
+    try:
+        yield call_args
+    finally:
+        trainer.args = configured
 
 
 class TeamCheckpointing:
@@ -414,20 +417,37 @@ class TeamCheckpointing:
         self.create_model_card(folder=output_dir, merged=True)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """Trainer's, then the completion marker once every process has written its files, then the rotation.
+        """`write_complete_checkpoint`, then the rotation with the configured `save_total_limit`: rotating after the
+        marker means the limit never deletes a complete checkpoint while the newest one is still being written."""
+        self.write_complete_checkpoint(model, trial)
+        if self.args.should_save:
+            rotate_checkpoints(
+                output_dir=self._get_output_dir(trial=trial),
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
-        Rotating after the marker means `save_total_limit` never deletes a complete checkpoint while the newest one
-        is still being written.
+    def write_complete_checkpoint(self, model, trial, **arg_changes) -> str:
+        """The Trainer's `_save_checkpoint` (and what the classes after this one in the MRO add to it), then, once every
+        process has written its files, the completion marker. Returns the checkpoint's folder.
+
+        transformers' `_save_checkpoint` rotates inside itself, with `args.save_total_limit`, as soon as this process
+        has written its files, by a function rather than a method (`trainer_utils.rotate_checkpoints`; kept by a
+        contract test). It runs on a copy of the args without the limit (`args_for_one_call`), with `arg_changes`
+        (the CoMLRL face's staging folder): the user's config is never changed, and the checkpoint's
+        `training_args.bin`, which `_save` wrote from the copy, is written again from it before the marker.
         """
-        save_total_limit, self.args.save_total_limit = self.args.save_total_limit, None
-        try:
+        with args_for_one_call(self, save_total_limit=None, **arg_changes):
             super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = save_total_limit
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            run_dir, state = self._get_output_dir(trial=trial), self.state
-            complete_and_rotate(run_dir, state.global_step, save_total_limit, state.best_model_checkpoint)
+            torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
+            mark_complete(folder)
+        return folder
 
     def _get_train_sampler(self, dataset=None):
         """GRPOTrainer's sampler, with each epoch's prompt order seeded by the epoch: a resumed run sees the same order."""

@@ -427,8 +427,10 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
         super().__post_init__()
 
     def check(self) -> None:
-        """Every rule `__post_init__` applies, again: the trainer calls it when it is built, so that a field set after
-        the config was built is refused too."""
+        """Every rule `__post_init__` applies after GRPOConfig's, again (their code is `_check_num_generations` and
+        `_check_fields`, written once): a dataclass field can be set after the config was built, and no setter checks
+        it, so the trainer calls this when it is built, and a field set late is refused as one given to the
+        constructor."""
         self._check_num_generations()
         self._check_fields()
 

@@ -19,7 +19,7 @@ from . import arguments, credit
 from .checkpoint import TeamCheckpointing, resume_folder
 from .config import MAGRPOConfig
 from .distributed import deferred_gradient_reduction, max_over_processes, sync_turn
-from .environment_lifecycle import EnvironmentLifecycle
+from .environment_lifecycle import close_environments, keep_every_column
 from .environments.worlds import closes_worlds_on_error
 from .generation import build_generator
 from .generation.output import Generation
@@ -28,7 +28,7 @@ from .metrics import completion_log_rows, completion_logs, rollout_metrics, roll
 from .rollout import RolloutTree, run_rollout
 from .rollout.task import TaskRecord
 from .team.assembly import build_reference, build_team, fused_heads_on_agents
-from .team.optimizer import AgentLearningRates
+from .team.optimizer import agent_rates_optimizer
 from .timing import MicroStep, Reading, RolloutTimes, UpdateTimes
 from .trees import TreeRecorder
 from .update.batching import loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
@@ -50,7 +50,7 @@ class Rollout:
     tree: RolloutTree | None = None  # once grown
 
 
-class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, EnvironmentLifecycle, GRPOTrainer):
+class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
     """
     Trainer for MAGRPO: N cooperating agents, one joint reward, multi-turn tree rollouts with feedback between turns.
 
@@ -73,7 +73,8 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
       that continue it (`share_prompts`, as does the prefill of `generate`); inside one call of `_compute_loss` it
       hands the policy's forward to that call (`update.loss_call`: the vLLM ratio of on-policy rows, the entropies);
     - `training_step` is GRPOTrainer's, with the update timed apart from the rollout (`timing`);
-    - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates` (`team.optimizer`);
+    - `create_optimizer` gives each agent its own groups at its rate with `agent_learning_rates`
+      (`team.optimizer.agent_rates_optimizer`);
     - `train` resumes from the newest *complete* checkpoint with `resume_from_checkpoint=True`, and closes the
       environments' instances when it ends (`environment_lifecycle`);
     - saving and resuming (`checkpoint.TeamCheckpointing`): `_save` writes `agent_{i}/` folders, and a team of one
@@ -253,13 +254,14 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         rollout.truncated_prompts += generation.truncated_prompts
         return generation
 
-    def rollout(self, rows: list[dict], num_generations: int) -> RolloutTree:
+    def rollout(self, rows: list[dict], num_generations: int, every_turn: bool = False) -> RolloutTree:
         """One rollout tree over dataset `rows` (a root node each) with the current policies, `num_generations` (K)
         completions per agent and node: the step's first stage (`rollout.run_rollout`), public for `evaluation`. Kept
-        as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world)."""
-        return self._rollout(rows, num_generations).tree
+        as `last_rollout`, with GRPOTrainer's `environments` (each rollout's world). `every_turn`: every turn runs,
+        whatever `early_termination_threshold` says (CoMLRL's evaluation)."""
+        return self._rollout(rows, num_generations, every_turn).tree
 
-    def _rollout(self, rows: list[dict], num_generations: int) -> Rollout:
+    def _rollout(self, rows: list[dict], num_generations: int, every_turn: bool = False) -> Rollout:
         """`rollout`, returning what it measured with its tree."""
         rollout = Rollout(self.task.record(self.args.num_turns, self.state))
         with rollout.times.phase("sync"):
@@ -270,7 +272,7 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
             num_generations=num_generations,
             num_turns=self.args.num_turns,
             joint_mode=self.credit_rules.joint_mode,
-            termination_threshold=self.args.early_termination_threshold,
+            termination_threshold=None if every_turn else self.args.early_termination_threshold,
             agent_prompts=self.task.first_prompts,
             generate=partial(self._measured_generation, rollout),
             score=partial(self.task.score, rollout.record, rows),
@@ -489,4 +491,35 @@ class MAGRPOTrainer(TeamCheckpointing, AgentLearningRates, TeamEntropyBonus, Env
         try:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
         finally:
-            self._close_environments()
+            close_environments(self.task)
+
+    def evaluate(self, *args, **kwargs):
+        """Trainer's `evaluate`; called on its own (not from `train`, which closes them when it ends), the environment
+        instances it made are closed after it, or when it fails (`environment_lifecycle`)."""
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            if not self.is_in_train:
+                close_environments(self.task)
+
+    def _remove_unused_columns(self, dataset, description=None):
+        """Every column stays, whatever `remove_unused_columns` says (`environment_lifecycle.keep_every_column`)."""
+        keep_every_column(self.args)
+        return dataset
+
+    def create_optimizer(self, model=None):
+        """The Trainer's optimizer; with `agent_learning_rates`, each agent's own parameter groups at its rate
+        (`team.optimizer.agent_rates_optimizer`), with `KeptRatesWarning` for a resumed run."""
+        rates = self.args.agent_learning_rates
+        if rates is None or self.optimizer is not None:
+            return super().create_optimizer(model)
+        model = self.model if model is None else model
+        optimizer_cls, optimizer_kwargs = getattr(
+            self, "optimizer_cls_and_kwargs", None
+        ) or self.get_optimizer_cls_and_kwargs(self.args, model)
+        decay_names = self.get_decay_parameter_names(model)
+        self.optimizer, kept_rates = agent_rates_optimizer(
+            self.team, model, rates, optimizer_cls, optimizer_kwargs, decay_names, self.args
+        )
+        self.add_callback(kept_rates)
+        return self.optimizer

@@ -33,13 +33,27 @@ def check_grpo_arguments(**arguments) -> None:
             )
 
 
+# What `GRPOTrainer.__init__` is given instead of the config's values (`reward_weights`: the team's, at the call)
+SETTINGS_FOR_GRPO_INIT = {
+    "beta": 0.0,
+    "use_vllm": False,
+    "model_init_kwargs": None,
+    "cast_lm_head_to_fp32": False,
+    "sync_ref_model": False,
+    "reward_weights": None,
+}
+
+
 @contextlib.contextmanager
 def grpo_trainer_settings(args, reward_weights: list[float]):
-    """The config as `GRPOTrainer.__init__` must see it, restored afterwards (the trainer reads the real values):
+    """The config as `GRPOTrainer.__init__` must see it, restored afterwards (the trainer reads the real values).
+
+    This is a contract with TRL's `GRPOTrainer.__init__`, which reads these fields from `args` while it runs and
+    builds, for the team, what would be wrong: tests/test_private_api_contract.py
+    (`test_grpo_init_reads_the_settings_the_team_gives_it`) checks how it reads each one.
 
     - `reward_weights`: one per reward function handed to GRPOTrainer, the environments' `get_reward` columns
       included (`rewards.resolve_weights`); TRL appends those columns' weights itself only for its own environments;
-
     - `beta=0.0`: GRPOTrainer would build one reference model from a hub id; each agent's reference is built by
       `MAGRPOTrainer` instead (a frozen copy, or the adapter's base);
     - `use_vllm=False`: GRPOTrainer would start one vLLM engine for one policy; the team's engines are the generation
@@ -52,9 +66,9 @@ def grpo_trainer_settings(args, reward_weights: list[float]):
     - `sync_ref_model=False`: GRPOTrainer would sync its one reference model; the team's references are synced by
       `team.reference_sync`.
     """
-    names = ("beta", "use_vllm", "model_init_kwargs", "cast_lm_head_to_fp32", "sync_ref_model", "reward_weights")
-    saved = {name: getattr(args, name) for name in names}
-    for name, value in zip(names, (0.0, False, None, False, False, list(reward_weights)), strict=True):
+    given = {**SETTINGS_FOR_GRPO_INIT, "reward_weights": list(reward_weights)}
+    saved = {name: getattr(args, name) for name in given}
+    for name, value in given.items():
         setattr(args, name, value)
     try:
         yield

@@ -205,8 +205,9 @@ MAGRPOConfig.eval_batch_size = property(TrainingArguments.eval_batch_size.fget, 
 
 
 def comlrl_values(config: MAGRPOConfig) -> dict:
-    """The values of CoMLRL's own fields (those the TRL face lacks)."""
-    return {name: getattr(config, name) for name in COMLRL_FIELDS}
+    """The values of CoMLRL's own fields (those the TRL face lacks), and of the TRL face's that `check_comlrl_values`
+    also reads."""
+    return {name: getattr(config, name) for name in (*COMLRL_FIELDS, "num_agents", "joint_mode")}
 
 
 COMLRL_FIELDS = [f.name for f in dataclasses.fields(MAGRPOConfig) if f.name not in TRLFaceConfig.__dataclass_fields__]
@@ -238,8 +239,9 @@ def _parallel_mode(value) -> str:
 
 
 def check_comlrl_values(config: MAGRPOConfig) -> None:
-    """CoMLRL's own refusals of its names (its `MAGRPOConfig.__post_init__`): when the config is built, and when the
-    trainer is, for a name set after construction (`check_late_changes`). The TRL fields are the TRL face's to check."""
+    """CoMLRL's own refusals of its names (its `MAGRPOConfig.__post_init__`): when the config is built, and again when
+    the trainer is if one of them was set after construction (`check_late_changes`). The TRL fields are the TRL face's
+    to check."""
     for name, value in {"rollout_buffer_size": config.rollout_buffer_size, **config.comlrl_batch_sizes}.items():
         if value < 1:
             raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 1, got {value}.")
@@ -410,10 +412,14 @@ def _eval_interval(config: MAGRPOConfig, interval: int) -> None:
 def check_late_changes(config: MAGRPOConfig) -> MAGRPOConfig:
     """The config to train with: a CoMLRL name set after the config was built takes effect (in a copy, which sets the
     TRL field it means), or is refused when GRPOConfig derived the batch layout from it (`LAYOUT_NAMES`); never
-    ignored (`TRL_FIELDS`). `joint_mode`'s CoMLRL spellings are read as the core's."""
-    check_comlrl_values(config)
+    ignored (`TRL_FIELDS`). `joint_mode`'s CoMLRL spellings are read as the core's.
+
+    CoMLRL's values were checked when the config was built (`check_comlrl_values`); they are checked again only if one
+    was set since, as no setter checks a dataclass field."""
     translated = vars(config).get("_translated", {})
     changed = [name for name, value in comlrl_values(config).items() if translated.get(name) != value]
+    if changed:
+        check_comlrl_values(config)
     layout = [name for name in changed if name in LAYOUT_NAMES]
     if layout:
         raise ValueError(

@@ -8,17 +8,18 @@ import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 
 from ..arguments.datasets import check_dataset_fills_a_step
 from ..checkpoint import COMPLETE_MARKER, is_complete, resolve_resume
+from ..environment_lifecycle import close_environments
 from ..trainer import MAGRPOTrainer as TRLFaceTrainer
 from .arguments import (
     add_special_tokens,
@@ -140,8 +141,8 @@ class MAGRPOTrainer(TRLFaceTrainer):
                 sections = {**(wandb_config.get("config_sections") or {}), "dataset_type": dataset_type}
                 wandb_config = {**wandb_config, "config_sections": sections}
         # CoMLRL's checkpoints: the run's identity (`_checkpoint_metadata`) and, within
-        # `train(checkpoint_dir=...)`, `checkpoint_total_limit`
-        self._run_id, self._checkpoint_limit = None, NOT_CHECKPOINTING
+        # `train(checkpoint_dir=...)`, where they go and how many stay (`CheckpointDir`)
+        self._run_id, self._checkpoint_dir = None, None
         self._env_steps, self._reward_calls = 0, [0]  # `env_step`, and the reward's completed calls
         callbacks = list(trl_arguments.pop("callbacks", None) or [])
         if wandb_config:
@@ -248,32 +249,28 @@ class MAGRPOTrainer(TRLFaceTrainer):
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
         root = Path(checkpoint_dir).expanduser().absolute()
         check_checkpoint_dir(root, resumed)
-        saved = {name: getattr(self.args, name) for name in ("output_dir", "save_strategy", "save_total_limit")}
         every = EveryNthEpoch(checkpoint_interval)
-        self.args.output_dir, self.args.save_strategy, self.args.save_total_limit = str(root), SaveStrategy.EPOCH, None
-        self._checkpoint_limit = checkpoint_total_limit
+        self._checkpoint_dir = CheckpointDir(root, checkpoint_total_limit)
         self.add_callback(every)
         try:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
         finally:
-            self._checkpoint_limit = NOT_CHECKPOINTING
+            self._checkpoint_dir = None
             self.remove_callback(every)
-            for name, value in saved.items():
-                setattr(self.args, name, value)
 
     def _save_checkpoint(self, model, trial) -> None:
         """Within `train(checkpoint_dir=...)`, CoMLRL's checkpoint: `checkpoint-{epochs completed}` (an existing one
         only if this run's), then `checkpoint_total_limit`'s pruning. Otherwise (TRL's `save_strategy`, given
         directly) the Trainer's own `checkpoint-{step}`."""
-        if self._checkpoint_limit is NOT_CHECKPOINTING:
+        if self._checkpoint_dir is None:
             return super()._save_checkpoint(model, trial)
-        root = Path(self.args.output_dir)
+        root, limit = self._checkpoint_dir
         target = root / f"{PREFIX_CHECKPOINT_DIR}-{completed_epochs(self.state)}"
         if target.exists() or target.is_symlink():
             check_own(target, self._run_id)
         self._write_checkpoint(target)
         if self.args.should_save:
-            prune(root, target, self._checkpoint_limit, self._run_id)
+            prune(root, target, limit, self._run_id)
 
     def save_checkpoint(self, output_dir) -> str:
         """CoMLRL's `save_checkpoint`: the trainer's state now, as a checkpoint `train(resume_from_checkpoint=...)`
@@ -286,26 +283,24 @@ class MAGRPOTrainer(TRLFaceTrainer):
         return self._write_checkpoint(target)
 
     def _write_checkpoint(self, target: Path) -> str:
-        """The Trainer's checkpoint, written by every process into a staging folder beside `target` (the same name
-        on each), with CoMLRL's metadata, then put at `target` whole."""
+        """The Trainer's complete checkpoint (`write_complete_checkpoint`), written by every process into a staging
+        folder beside `target` (the same name on each), with CoMLRL's metadata, then put at `target` whole."""
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = target.parent / f".{target.name}.staging"
         if self.args.should_save and staging.exists():
             shutil.rmtree(staging)  # left by a save that was stopped
         self.accelerator.wait_for_everyone()
-        saved = self.args.output_dir, self.args.save_only_model, self.args.save_total_limit
         # before `train()` there is no optimizer, scheduler or RNG state to save: the weights and the step only
-        self.args.output_dir, self.args.save_only_model = str(staging), saved[1] or self.optimizer is None
-        self.args.save_total_limit = None
+        save_only_model = self.args.save_only_model or self.optimizer is None
         try:
-            super()._save_checkpoint(self.model, trial=None)
+            written = self.write_complete_checkpoint(
+                self.model, None, output_dir=str(staging), save_only_model=save_only_model
+            )
             if self.args.should_save:
-                written = staging / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-                write_metadata(written, self._checkpoint_metadata())
-                replace_folder(written, target)
+                write_metadata(Path(written), self._checkpoint_metadata())
+                replace_folder(Path(written), target)
             self.accelerator.wait_for_everyone()
         finally:
-            self.args.output_dir, self.args.save_only_model, self.args.save_total_limit = saved
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)
         return str(target)
@@ -385,19 +380,18 @@ class MAGRPOTrainer(TRLFaceTrainer):
         """One path per row, `eval_batch_size` rows per rollout, in eval mode with every turn run (CoMLRL's evaluation
         has no early termination). Environments made here are closed after an `evaluate` called on its own."""
         batch = max(int(self.args.comlrl_batch_sizes["eval_batch_size"]), 1)
-        training, threshold = self.model.training, self.args.early_termination_threshold
+        training = self.model.training
         paths = EvaluatedPaths(self.num_agents)
         self.model.eval()
-        self.args.early_termination_threshold = None
         try:
             with torch.no_grad():
                 for start in range(0, len(rows), batch):
-                    paths.add(self.rollout(rows[start : start + batch], 1), rows[start : start + batch])
+                    tree = self.rollout(rows[start : start + batch], 1, every_turn=True)
+                    paths.add(tree, rows[start : start + batch])
         finally:
-            self.args.early_termination_threshold = threshold
             self.model.train(training)
             if not self.is_in_train:
-                self._close_environments()
+                close_environments(self.task)
         return paths
 
     # CoMLRL's public attributes, read from the core's state (docs/from_comlrl.md says what each one is here).
@@ -493,19 +487,28 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
     return agent_model, num_agents
 
 
+class CheckpointDir(NamedTuple):
+    """Within `train(checkpoint_dir=...)`: where CoMLRL's checkpoints go, and `checkpoint_total_limit` (None: all stay)."""
+
+    root: Path
+    limit: int | None
+
+
 class EveryNthEpoch(TrainerCallback):
-    """CoMLRL's `checkpoint_interval`: of the Trainer's end-of-epoch checkpoints (`save_strategy="epoch"`), keep every
-    `interval`-th and the last."""
+    """CoMLRL's `checkpoint_interval`, within `train(checkpoint_dir=...)`: a checkpoint after every `interval`-th epoch
+    and after the last, none between epochs, whatever the config's `save_strategy` says (added after the Trainer's
+    `DefaultFlowCallback`, this callback has the last word on `should_save`)."""
 
     def __init__(self, interval: int):
         self.interval = interval
 
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = False
+
     def on_epoch_end(self, args, state, control, **kwargs):
-        if round(state.epoch) % self.interval and state.global_step < state.max_steps:
-            control.should_save = False
+        control.should_save = not (round(state.epoch) % self.interval and state.global_step < state.max_steps)
 
 
-NOT_CHECKPOINTING = object()  # `_checkpoint_limit` outside `train(checkpoint_dir=...)` (None there: no limit)
 PLACEHOLDER_PROMPT = "(no train_dataset given: MAGRPOTrainer.train() refuses to run on this row)"
 
 

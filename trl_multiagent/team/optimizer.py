@@ -1,4 +1,4 @@
-"""`AgentLearningRates`: one learning rate per agent (`MAGRPOConfig.agent_learning_rates`, after Dr. MAS,
+"""One learning rate per agent (`MAGRPOConfig.agent_learning_rates`, after Dr. MAS,
 arXiv 2602.08847), as optimizer parameter groups.
 
 The Trainer builds one optimizer over the team with two groups (weight decay or not). With `agent_learning_rates`,
@@ -98,32 +98,20 @@ class KeptRatesWarning(TrainerCallback):
             )
 
 
-class AgentLearningRates:
-    """Trainer mixin: `create_optimizer` gives each agent its own parameter groups at `args.agent_learning_rates[i]`
-    (`self.team`: the `AgentTeam`), and adds `KeptRatesWarning`; with `agent_learning_rates=None` it is the
-    Trainer's."""
-
-    def create_optimizer(self, *args, **kwargs):
-        rates = self.args.agent_learning_rates
-        if rates is None or self.optimizer is not None:
-            return super().create_optimizer(*args, **kwargs)
-        model = args[0] if args else kwargs.get("model")
-        model = self.model if model is None else model
-        if getattr(self, "optimizer_cls_and_kwargs", None) is not None:
-            optimizer_cls, optimizer_kwargs = self.optimizer_cls_and_kwargs
-        else:
-            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
-        builds_own_groups = sorted({"params", "model", "optimizer_dict"} & set(optimizer_kwargs))
-        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
-            builds_own_groups.append("a factory that groups the model's parameters itself")
-        if builds_own_groups:
-            raise ValueError(
-                f"MAGRPOConfig.agent_learning_rates needs an optimizer built from parameter groups, but "
-                f"optim={self.args.optim!r} builds its own ({', '.join(builds_own_groups)}), so the per-agent rates "
-                "would be ignored. Choose another `optim`, or leave agent_learning_rates None."
-            )
-        decay_names = self.get_decay_parameter_names(model)
-        groups = agent_parameter_groups(self.team, model, rates, decay_names, self.args.weight_decay)
-        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
-        self.add_callback(KeptRatesWarning([group["lr"] for group in groups], list(rates)))
-        return self.optimizer
+def agent_rates_optimizer(
+    team, model, rates: list[float], optimizer_cls, optimizer_kwargs: dict, decay_names: list[str], args
+) -> tuple[torch.optim.Optimizer, KeptRatesWarning]:
+    """The optimizer `MAGRPOTrainer.create_optimizer` builds with `agent_learning_rates`: the Trainer's
+    `optimizer_cls` and `optimizer_kwargs` over each agent's own parameter groups (`agent_parameter_groups`) at
+    `rates[i]`, and the `KeptRatesWarning` to add as a callback. An `optim` that builds its own groups is refused."""
+    builds_own_groups = sorted({"params", "model", "optimizer_dict"} & set(optimizer_kwargs))
+    if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+        builds_own_groups.append("a factory that groups the model's parameters itself")
+    if builds_own_groups:
+        raise ValueError(
+            f"MAGRPOConfig.agent_learning_rates needs an optimizer built from parameter groups, but "
+            f"optim={args.optim!r} builds its own ({', '.join(builds_own_groups)}), so the per-agent rates "
+            "would be ignored. Choose another `optim`, or leave agent_learning_rates None."
+        )
+    groups = agent_parameter_groups(team, model, rates, decay_names, args.weight_decay)
+    return optimizer_cls(groups, **optimizer_kwargs), KeptRatesWarning([group["lr"] for group in groups], list(rates))

@@ -27,6 +27,7 @@ LOSS_TYPES = ROW_NORMALISED_LOSSES + TOKEN_NORMALISED_LOSSES + BATCH_NORMALISED_
 
 
 def check_loss_type(loss_type: str) -> None:
+    """The config's rule (`MAGRPOConfig`): a loss type whose normalisation `chunk_weight` knows."""
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"MAGRPOConfig: loss_type={loss_type!r} is not one of {list(LOSS_TYPES)}.")
 
@@ -38,8 +39,9 @@ def chunk_weight(loss_type: str, chunk: dict, whole: dict) -> float:
     >>> chunk = {key: value[1:] for key, value in whole.items()}  # one real row, one inert row
     >>> chunk_weight("grpo", chunk, whole), chunk_weight("bnpo", chunk, whole), chunk_weight("dapo", chunk, whole)
     (1.0, 0.3333333333333333, 1.0)
+
+    `loss_type` is one of `LOSS_TYPES`: the config refused any other (`check_loss_type`).
     """
-    check_loss_type(loss_type)
     if loss_type in BATCH_NORMALISED_LOSSES:
         return 1.0
     if loss_type in TOKEN_NORMALISED_LOSSES:
