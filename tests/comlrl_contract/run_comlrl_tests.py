@@ -79,6 +79,7 @@ CLASS_MODULES = {
         "CentralizedMAGRPOTrainer",
     ),
     "comlrl.trainers.preference": ("TaggedCentralizedComparatorAdapter", "CentralizedComparatorParseError"),
+    "comlrl.trainers.actor_critic": ("IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"),
 }
 CLASS_NAMES = tuple(name for names in CLASS_MODULES.values() for name in names)
 UNDER_TEST = "_magrpo_under_test"
