@@ -1,6 +1,6 @@
-"""CoMLRL 1.4.3's own public-behaviour tests pass with `trl_multiagent.comlrl`'s MAGRPOConfig/MAGRPOTrainer swapped in:
-the CI subset of `tests/comlrl_contract/run_comlrl_tests.py` (tests that pass on CoMLRL), run offline through the
-harness, each test's outcome asserted.
+"""CoMLRL 1.4.3's own public-behaviour tests pass with `trl_multiagent.comlrl`'s classes swapped in (MAGRPO's, the
+REINFORCE family's, IAC's and MAAC's): the CI subset of `tests/comlrl_contract/run_comlrl_tests.py` (tests that pass
+on CoMLRL), run offline through the harness, each test's outcome asserted.
 
 It needs CoMLRL's sdist and a Python with CoMLRL 1.4.3 (the harness makes both once, with the network, in
 `~/.cache/trl_multiagent/comlrl_contract`); without them it is skipped, saying how to make them. The whole selection,

@@ -88,6 +88,30 @@ def test_critic_learning_rate_none_is_the_agents_in_iac(tmp_path):
     assert IACConfig(str(tmp_path), agent_learning_rate=1e-3, critic_learning_rate=None).critic_learning_rate == 1e-3
 
 
+@pytest.mark.parametrize("config_cls", [IACConfig, MAACConfig])
+def test_mp_training_needs_both_device_lists_and_accepts_them(config_cls, tmp_path):
+    """CoMLRL's rule: parallel_training='mp' needs agent_devices and critic_devices; given both, it is accepted."""
+    config = config_cls(str(tmp_path), parallel_training="mp", agent_devices="cpu", critic_devices="cpu")
+    assert (config.agent_devices, config.critic_devices) == ("cpu", "cpu")
+    with pytest.raises(ValueError, match="requires explicit critic_devices"):
+        config_cls(str(tmp_path), parallel_training="mp", agent_devices="cpu")
+    with pytest.raises(ValueError, match="needs agent_devices"):
+        config_cls(str(tmp_path), parallel_training="mp", critic_devices="cpu")
+
+
+@pytest.mark.parametrize("trainer_cls, config_cls, count", [(IACTrainer, IACConfig, 2), (MAACTrainer, MAACConfig, 1)])
+def test_a_wrong_number_of_critics_is_refused_in_comlrls_words(trainer_cls, config_cls, count, tmp_path, tokenizer):
+    models = [make_model(tokenizer, seed=0), make_model(tokenizer, seed=1), make_model(tokenizer, seed=2)]
+    with pytest.raises(ValueError, match=rf"{trainer_cls.__name__}: critics length \(3\) must be {count}"):
+        trainer_cls(
+            agents=models[:2],
+            critics=models,
+            tokenizer=tokenizer,
+            reward_func=score,
+            args=config_cls(str(tmp_path), num_turns=1),
+        )
+
+
 @pytest.mark.parametrize("trainer_cls", [IACTrainer, MAACTrainer])
 def test_trainer_signatures_are_comlrls(trainer_cls):
     assert list(inspect.signature(trainer_cls).parameters)[: len(COMLRL_PARAMETERS)] == COMLRL_PARAMETERS

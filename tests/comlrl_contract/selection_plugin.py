@@ -1,13 +1,13 @@
 """Pytest plugin that run_comlrl_tests.py copies into each run folder (as `_comlrl_contract_selection.py`): it keeps
-the tests that use the classes under test (the names `_magrpo_under_test` exports: MAGRPO's and its REINFORCE family's
-configs and trainers, and the centralized adapter's names) and deselects the others, then writes the kept ids to the
-JSON file `COMLRL_CONTRACT_SELECTED`.
+the tests that use the classes under test (the names `_magrpo_under_test` exports: MAGRPO's, its REINFORCE family's
+and the actor-critics' (IAC, MAAC) configs and trainers, and the centralized adapter's names) and deselects the
+others, then writes the kept ids to the JSON file `COMLRL_CONTRACT_SELECTED`.
 
 A test uses them when the code it runs, read from the copied test files, names them:
 - one of its parameters is one of the classes, or a function or class of the test files that names them or (a class)
   subclasses one of the configs or trainers; CoMLRL's other subclasses, such as its preference trainers, are not the
   classes under test, nor is a subclass of the adapter (CoMLRL's preference tests subclass it too);
-  (so `test_config_rejects_invalid_field[MAGRPOConfig(...)]` is kept and its `IACConfig` cases are not);
+  (so `test_config_rejects_invalid_field[MAGRPOConfig(...)]` is kept and its `MADPOConfig` cases are not);
 - or, when no parameter of the function varies between such a value and another library's (those variants are the
   other library's tests), the test function names them, directly or through the functions and classes of the test
   files that it names, transitively (read with `ast` from their source; a name is looked up where the code looks it

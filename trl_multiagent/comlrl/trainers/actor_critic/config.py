@@ -93,7 +93,11 @@ class ActorCriticConfig(MAGRPOConfig):
         for field_name, (bad, why) in refused.items():
             if bad:
                 raise ValueError(f"{name}: {field_name}={getattr(self, field_name)!r} is refused: {why}.")
-        if _parallel_mode(self.parallel_training) == "mp" and self._needs_critic_devices():
+        if (
+            _parallel_mode(self.parallel_training) == "mp"
+            and self.critic_devices is None
+            and self._needs_critic_devices()
+        ):
             raise ValueError(f"{name}: parallel_training='mp' requires explicit critic_devices (CoMLRL's words).")
         if self.critic_devices is not None:
             _check_one_device("critic_devices", self.critic_devices)

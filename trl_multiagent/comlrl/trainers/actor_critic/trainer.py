@@ -246,8 +246,10 @@ def critic_sources(name: str, critic_model, critics, count: int) -> list:
     if critic_model is None and critics is None:
         raise ValueError(f"{name}: Either critic_model or critics must be provided (CoMLRL's words).")
     if critics is not None:
-        if isinstance(critics, (str, bytes)) or not isinstance(critics, Sequence) or len(critics) != count:
+        if isinstance(critics, (str, bytes)) or not isinstance(critics, Sequence):
             raise ValueError(f"{name}: critics must be a list of {count} model(s) or ids, got {critics!r}.")
+        if len(critics) != count:
+            raise ValueError(f"{name}: critics length ({len(critics)}) must be {count} (CoMLRL's words).")
         if critic_model is not None and not all(isinstance(c, str) and c == critic_model for c in critics):
             raise ValueError(f"{name}: critic_model and critics conflict: {critic_model!r} != {list(critics)!r}.")
         return list(critics)
