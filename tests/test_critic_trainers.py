@@ -112,6 +112,22 @@ def test_a_wrong_number_of_critics_is_refused_in_comlrls_words(trainer_cls, conf
         )
 
 
+@pytest.mark.parametrize(
+    "late, message",
+    [
+        ({"reference_kl_enabled": True}, "reference_kl_enabled=True is refused"),
+        ({"branching": "top"}, "branching='top'"),
+    ],
+)
+def test_a_setting_not_built_is_refused_at_build_when_set_after_the_config(late, message, tmp_path, tokenizer):
+    args = IACConfig(str(tmp_path), num_turns=1)
+    for name, value in late.items():
+        setattr(args, name, value)
+    models = [make_model(tokenizer, seed=seed) for seed in range(4)]
+    with pytest.raises(ValueError, match=message):
+        IACTrainer(agents=models[:2], critics=models[2:], tokenizer=tokenizer, reward_func=score, args=args)
+
+
 @pytest.mark.parametrize("trainer_cls", [IACTrainer, MAACTrainer])
 def test_trainer_signatures_are_comlrls(trainer_cls):
     assert list(inspect.signature(trainer_cls).parameters)[: len(COMLRL_PARAMETERS)] == COMLRL_PARAMETERS

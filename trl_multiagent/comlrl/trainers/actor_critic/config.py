@@ -77,6 +77,21 @@ class ActorCriticConfig(MAGRPOConfig):
             )
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"{name}: discount must be in [0, 1], got {self.discount}.")
+        self._refuse_what_is_not_built()
+        if (
+            _parallel_mode(self.parallel_training) == "mp"
+            and self.critic_devices is None
+            and self._needs_critic_devices()
+        ):
+            raise ValueError(f"{name}: parallel_training='mp' requires explicit critic_devices (CoMLRL's words).")
+        if self.critic_devices is not None:
+            _check_one_device("critic_devices", self.critic_devices)
+        super().__post_init__(train_batch_size, eval_batch_size)
+
+    def _refuse_what_is_not_built(self) -> None:
+        """The settings CoMLRL's actor-critic has that are not built here, each refused naming the field; also when
+        the trainer is built (`check`), so that one set after the config was built is refused too."""
+        name = type(self).__name__
         refused = {
             "use_vllm": (self.use_vllm, "the critics' values are read from transformers models; vLLM is not built "
                          "for critics yet"),
@@ -93,15 +108,10 @@ class ActorCriticConfig(MAGRPOConfig):
         for field_name, (bad, why) in refused.items():
             if bad:
                 raise ValueError(f"{name}: {field_name}={getattr(self, field_name)!r} is refused: {why}.")
-        if (
-            _parallel_mode(self.parallel_training) == "mp"
-            and self.critic_devices is None
-            and self._needs_critic_devices()
-        ):
-            raise ValueError(f"{name}: parallel_training='mp' requires explicit critic_devices (CoMLRL's words).")
-        if self.critic_devices is not None:
-            _check_one_device("critic_devices", self.critic_devices)
-        super().__post_init__(train_batch_size, eval_batch_size)
+
+    def check(self) -> None:
+        super().check()
+        self._refuse_what_is_not_built()
 
     def _critic_learning_rate_default(self) -> None:
         raise ValueError(f"{type(self).__name__}: critic_learning_rate must be a number, got None.")

@@ -69,6 +69,10 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(f"{name}: Multi-turn {args.algorithm} requires an external_transition.")
         if metrics_callback is not None and not callable(metrics_callback):
             raise TypeError(f"{name}: metrics_callback must be a callable, got {metrics_callback!r}.")
+        if args.world_size > 1:  # before any model is built
+            raise ValueError(
+                f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
+            )
         sources = critic_sources(name, critic_model, critics, 1 if self.centralized else args.num_agents)
         model_config = dict(model_config or {})
         critic_config = {key: model_config.pop(key) for key in CRITIC_MODEL_CONFIG if key in model_config}
@@ -91,10 +95,6 @@ class ActorCriticTrainer(MAGRPOTrainer):
             args=args,
             **trl_arguments,
         )
-        if self.accelerator.num_processes > 1:
-            raise ValueError(
-                f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
-            )
         self.metrics_callback = metrics_callback
         models = [load_critic(source, critic_loading_keywords(model_config, critic_config)) for source in sources]
         settings = CriticSettings(
