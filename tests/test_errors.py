@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -179,6 +180,21 @@ def test_no_checkpointing_deprecation_warning_of_our_own(tmp_path, tokenizer, da
         )  # fmt: skip
         trainer.train()
     assert trainer.team.is_activation_checkpointing is checkpointing
+
+
+def test_max_new_tokens_set_after_the_config_is_refused_not_ignored(tmp_path, tokenizer, data):
+    """`max_new_tokens` is an alias applied when the config is built: set later, it is refused when the trainer is
+    built, naming TRL's field, instead of training with the old length; TRL's own name set later is what trains."""
+    args = MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_new_tokens=4)
+    models = [make_model(tokenizer, seed=i) for i in range(2)]
+    build = partial(
+        MAGRPOTrainer, model=models, processing_class=tokenizer, reward_funcs=length_ratio_reward, train_dataset=data
+    )
+    args.max_new_tokens = 8
+    with pytest.raises(ValueError, match=r"max_new_tokens=8 was set after .* \(max_completion_length=4 is what"):
+        build(args=args)
+    args.max_new_tokens, args.max_completion_length = 4, 6
+    assert build(args=args).max_completion_length == 6
 
 
 def test_tokenizer_count_mismatch(tokenizer, args, data):

@@ -418,7 +418,7 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
         self._check_num_generations()
         self._check_whole_prompts()
         self._grpo_post_init()
-        self.max_new_tokens = self.max_completion_length
+        self.max_new_tokens = self._applied_max_new_tokens = self.max_completion_length
         self._check_fields()
 
     def _grpo_post_init(self) -> None:
@@ -437,6 +437,13 @@ class MAGRPOConfig(KnownKeywords, GRPOConfig):
     def _check_fields(self) -> None:
         """Refuse what `MAGRPOTrainer` cannot do, naming the field; after GRPOConfig's `__post_init__`, which counted
         the processes that share the generation batch."""
+        applied = getattr(self, "_applied_max_new_tokens", self.max_new_tokens)  # the alias, applied when built
+        if self.max_new_tokens not in (applied, self.max_completion_length):  # set later: TRL's name is what is read
+            raise ValueError(
+                f"MAGRPOConfig: max_new_tokens={self.max_new_tokens} was set after the config was built, and is an "
+                f"alias applied when it is built (max_completion_length={self.max_completion_length} is what trains). "
+                "Set max_completion_length, or pass max_new_tokens to MAGRPOConfig(...)."
+            )
         self._check_whole_prompts(num_processes=self.world_size)
         if self.num_turns < 1:
             raise ValueError(f"MAGRPOConfig: num_turns must be >= 1, got {self.num_turns}.")
