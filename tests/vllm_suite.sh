@@ -29,11 +29,13 @@ fi
 # 1. What depends on the transformers release (the list above; docs/tests.md says why each is here).
 TRANSFORMERS_DEPENDENT=(
     tests/test_private_api_contract.py tests/test_equivalence.py tests/test_prefix.py tests/test_prompt_length.py
-    tests/test_tools.py tests/test_checkpoints.py tests/test_teams.py tests/test_trainer.py tests/test_trl_script.py
+    tests/test_tools.py tests/test_checkpoints.py tests/test_teams.py tests/test_trainer.py
     tests/test_continuous_batching.py tests/test_reference_step.py tests/test_trainer_model.py
 )
 echo "[vllm_suite] environment ready: $SECONDS s"
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -m "not slow and not vllm and not distributed" "${TRANSFORMERS_DEPENDENT[@]}"
+# TRL's grpo.py script with our classes (two runs, slow in the main environment) on this transformers release too
+OMP_NUM_THREADS=1 "$PY" -m pytest -q -m slow tests/test_trl_script.py
 echo "[vllm_suite] transformers-dependent tests done: $SECONDS s"
 # 2.
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -m vllm
