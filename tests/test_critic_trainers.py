@@ -95,7 +95,7 @@ def test_mp_training_needs_both_device_lists_and_accepts_them(config_cls, tmp_pa
     assert (config.agent_devices, config.critic_devices) == ("cpu", "cpu")
     with pytest.raises(ValueError, match="requires explicit critic_devices"):
         config_cls(str(tmp_path), parallel_training="mp", agent_devices="cpu")
-    with pytest.raises(ValueError, match="needs agent_devices"):
+    with pytest.raises(ValueError, match=rf"^{config_cls.__name__}: parallel_training='mp' .* needs agent_devices"):
         config_cls(str(tmp_path), parallel_training="mp", critic_devices="cpu")
 
 

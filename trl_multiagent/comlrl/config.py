@@ -244,28 +244,30 @@ def check_comlrl_values(config: MAGRPOConfig) -> None:
     to check."""
     for name, value in {"rollout_buffer_size": config.rollout_buffer_size, **config.comlrl_batch_sizes}.items():
         if value < 1:
-            raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 1, got {value}.")
+            raise ValueError(f"{type(config).__name__}: {name} (CoMLRL) must be >= 1, got {value}.")
     for name in ("eval_interval", "eval_num_samples", "reference_kl_coef"):
         if not getattr(config, name) >= 0:
-            raise ValueError(f"MAGRPOConfig: {name} (CoMLRL) must be >= 0, got {getattr(config, name)}.")
+            raise ValueError(f"{type(config).__name__}: {name} (CoMLRL) must be >= 0, got {getattr(config, name)}.")
     if str(config.advantage_mode).lower() not in ADVANTAGE_MODES:
         raise ValueError(
-            f"MAGRPOConfig: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
+            f"{type(config).__name__}: advantage_mode={config.advantage_mode!r} (CoMLRL) must be one of {list(ADVANTAGE_MODES)}; "
             "it sets advantage_baseline (TRL face's name), where the peers' other baselines are."
         )
     if config.num_agents != 1 and str(config.joint_mode).strip().lower() not in JOINT_MODES:
         raise ValueError(
-            f"MAGRPOConfig: joint_mode={config.joint_mode!r} must be one of {list(JOINT_MODES)} (any case; with "
+            f"{type(config).__name__}: joint_mode={config.joint_mode!r} must be one of {list(JOINT_MODES)} (any case; with "
             "num_agents=1 it is ignored, as in CoMLRL)."
         )
     mode = _parallel_mode(config.parallel_training)
     if mode not in PARALLEL_TRAINING:
         raise ValueError(
-            f"MAGRPOConfig: parallel_training={config.parallel_training!r} (CoMLRL) must be one of "
+            f"{type(config).__name__}: parallel_training={config.parallel_training!r} (CoMLRL) must be one of "
             f"{list(PARALLEL_TRAINING)} (or None/'null' for 'none')."
         )
     if mode == "mp" and config.agent_devices is None:
-        raise ValueError("MAGRPOConfig: parallel_training='mp' (CoMLRL) needs agent_devices, as in CoMLRL.")
+        raise ValueError(
+            f"{type(config).__name__}: parallel_training='mp' (CoMLRL) needs agent_devices, as in CoMLRL."
+        )
     for name in ("agent_devices", "reference_devices"):
         if getattr(config, name) is not None:
             _check_one_device(name, getattr(config, name))
@@ -275,7 +277,7 @@ def check_comlrl_values(config: MAGRPOConfig) -> None:
         spec = getattr(config, name)
         if placed and isinstance(spec, (list, tuple)) and len(spec) not in (1, config.num_agents):
             raise ValueError(
-                f"MAGRPOConfig: {name} length ({len(spec)}) must be 1 or num_agents ({config.num_agents}), as in "
+                f"{type(config).__name__}: {name} length ({len(spec)}) must be 1 or num_agents ({config.num_agents}), as in "
                 f"CoMLRL; got {list(spec)}."
             )
 
