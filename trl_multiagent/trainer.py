@@ -90,8 +90,8 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
 
     The methods not listed here are helpers of this class, not overrides. What one call hands the next is passed or
     returned (a rollout's measures: `Rollout`), but for `last_rollout`, the latest tree, kept for callbacks (the
-    demo's sample answers) and the actor-critic face's metrics, with the critic's `last_values`/`last_td`; where TRL's own code calls ours and returns nothing we need, the
-    hand-off is open only for that call: `training_step` around `_prepare_inputs` (`_micro_step`), `_compute_loss`
+    demo's sample answers) and the actor-critic face's metrics, with the critic's `last_values`/`last_td`; where
+    TRL's own code calls ours and returns nothing we need, the hand-off is open only for that call: `training_step` around `_prepare_inputs` (`_micro_step`), `_compute_loss`
     around `_get_per_token_logps_and_entropies` (`_open_loss_call`). TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
