@@ -9,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
@@ -128,7 +129,7 @@ STATE_PROBE = textwrap.dedent(
     import accelerate.state
     import trl, trl_multiagent.comlrl  # every import done before the counts below: they compare what building does
 
-    face, arguments = sys.argv[1], json.loads(sys.argv[2])
+    face, arguments, report_dir = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     before_env, before_handlers = dict(os.environ), atexit._ncallbacks()
     error = None
     try:
@@ -141,14 +142,16 @@ STATE_PROBE = textwrap.dedent(
     except Exception as err:
         error = f"{type(err).__name__}: {err}"
     partial = accelerate.state.PartialState._shared_state
-    print(json.dumps({
+    # A file per rank: under torchrun the ranks share one stdout, where their lines can interleave.
+    with open(os.path.join(report_dir, f"rank{os.environ.get('RANK', '0')}.json"), "w") as report:
+        json.dump({
         "error": error,
         "environment": sorted(set(os.environ.items()) ^ set(before_env.items())),
         "process_group": torch.distributed.is_available() and torch.distributed.is_initialized(),
         "accelerator_state": accelerate.state.is_initialized(),
         "partial_state": sorted((k, str(v)) for k, v in partial.items() if k in ("backend", "distributed_type", "num_processes")),
         "exit_handlers": atexit._ncallbacks() - before_handlers,
-    }))
+        }, report)
     """
 )
 
@@ -162,12 +165,13 @@ def config_effects(face: str, arguments: dict, tmp_path, processes: int = 1) -> 
     if processes > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                     f"--master_port={free_port()}", "--no-python", sys.executable]  # fmt: skip
+    reports = pathlib.Path(tempfile.mkdtemp(dir=tmp_path, prefix=f"{face}-reports-"))
     done = subprocess.run(
-        [*launcher, "-c", STATE_PROBE, face, json.dumps({"output_dir": str(tmp_path / face), **arguments})],
+        [*launcher, "-c", STATE_PROBE, face, json.dumps({"output_dir": str(tmp_path / face), **arguments}), str(reports)],
         capture_output=True, text=True, timeout=300, env={**environment, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in sorted(line for line in done.stdout.splitlines() if line.startswith("{"))]
+    return [json.loads((reports / f"rank{rank}.json").read_text()) for rank in range(processes)]
 
 
 FACES = ("grpo", "trl", "comlrl")
