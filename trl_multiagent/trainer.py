@@ -61,8 +61,9 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
     - `_generate_and_score_completions` is the step read top to bottom: a rollout grows a tree per prompt
       (`rollout.run_rollout`: each turn, one batched generation per agent over every live node, with transformers
       `generate` or vLLM, one call of the joint reward, the transition for each branch that goes on; the public
-      `rollout` is the same, for `evaluation`); `credit.assign` gives returns and group-relative advantages (with a
-      learned `critic`, the CoMLRL face's IAC and MAAC, the critic's TD advantages instead);
+      `rollout` is the same, for `evaluation`); `_advantages` gives returns and group-relative advantages
+      (`credit.assign`; a subclass with another estimate overrides it: the CoMLRL face's IAC and MAAC, a learned
+      critic's TD advantages);
       `update.batching` turns each agent's completions into rows;
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
@@ -90,7 +91,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
 
     The methods not listed here are helpers of this class, not overrides. What one call hands the next is passed or
     returned (a rollout's measures: `Rollout`), but for `last_rollout`, the latest tree, kept for callbacks (the
-    demo's sample answers) and the actor-critic face's metrics, with the critic's `last_values`/`last_td`; where
+    demo's sample answers); where
     TRL's own code calls ours and returns nothing we need, the hand-off is open only for that call: `training_step` around `_prepare_inputs` (`_micro_step`), `_compute_loss`
     around `_get_per_token_logps_and_entropies` (`_open_loss_call`). TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
@@ -136,8 +137,6 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
     # rollout's share of the step) and `_compute_loss` (the log-prob function hands it the policy's forward).
     _micro_step: MicroStep | None = None
     _open_loss_call: LossCall | None = None
-    # A learned critic (`critic.TeamCritic`), whose advantages replace the group's: the CoMLRL face's IAC and MAAC
-    critic = None
 
     @closes_worlds_on_error  # the environments' instances made so far close if building the trainer fails
     def __init__(
@@ -293,9 +292,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         rollout = self._rollout(rows, k)
         tree = rollout.tree
-        returns, credited, advantages = credit.assign(tree, self.credit_rules)  # advantages: (nodes, agents, K)
-        if self.critic is not None:  # a learned critic's TD advantages instead; it learns in training (`critic`)
-            advantages = self.critic.step(tree, train=mode == "train", log=partial(self._log_metrics, mode))
+        returns, credited, advantages = self._advantages(tree, rows, mode)  # advantages: (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
@@ -321,6 +318,12 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
             table = completion_log_rows(tree, advantages, rollout.record)
             self._logs = completion_logs(gather_object(table))
         return {"agents": agent_batches}
+
+    def _advantages(self, tree: RolloutTree, rows: list[dict], mode: str) -> tuple:
+        """The tree's returns, credited rewards and advantages (`credit.assign`, with the config's credit options):
+        the one method a trainer with another estimate of the advantages overrides (the CoMLRL face's IAC and MAAC:
+        a learned critic's TD advantages)."""
+        return credit.assign(tree, self.credit_rules)
 
     @torch.no_grad()
     def _add_logps(self, agent: int, batch: dict, times: RolloutTimes) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from .targets import tree_td, value_loss
+from .targets import TD, tree_td, value_loss
 from .value_head import ValueHead, last_hidden
 
 
@@ -49,13 +50,23 @@ class CriticSettings:
     batch_size: int  # samples of an agent per critic step (CoMLRL's `train_batch_size`)
 
 
+class CriticStep(NamedTuple):
+    """What `TeamCritic.step` gives: the actors' advantages ``(nodes, agents, K)``, the joint actions' rollout-time
+    values (``(agents, A)`` or ``(A,)``) and their TD (`targets.TD`)."""
+
+    advantages: torch.Tensor
+    values: torch.Tensor
+    td: TD | None  # None for a tree without joint actions
+
+
 class TeamCritic:
     """The critics of a team: IAC's one per agent, or MAAC's one centralized critic, each with its own AdamW.
 
     - `values(tree)`: each joint action's rollout-time value, ``(agents, A)`` (IAC) or ``(A,)`` (MAAC), with the
       inputs they were read from;
     - `step(tree, train)`: the TD advantages (`targets.tree_td`) as ``(nodes, agents, K)``, the layout of
-      `credit.assign`'s; in training, then the critics' update on the TD targets (`update`).
+      `credit.assign`'s, with the values and TD they came from (`CriticStep`); in training, then the critics' update
+      on the TD targets (`update`).
     """
 
     def __init__(
@@ -76,8 +87,6 @@ class TeamCritic:
         self.joint_tokenizer, self.device = joint_tokenizer, device
         # torch's AdamW at its defaults but the rate, on every parameter, as CoMLRL builds the critics' optimizers
         self.optimizers = [torch.optim.AdamW(c.parameters(), lr=settings.learning_rate) for c in self.critics]
-        self.last_values: torch.Tensor | None = None  # the last `step`'s rollout-time values and TD
-        self.last_td = None
 
     # ---------------------------------------------------------------- inputs and values
     def inputs(self, tree) -> list[list[list[int]]]:
@@ -119,19 +128,19 @@ class TeamCritic:
         return (values[0] if self.settings.centralized else values).cpu(), inputs
 
     # ---------------------------------------------------------------- advantages and the update
-    def step(self, tree, train: bool, log: Callable[[dict], None] | None = None) -> torch.Tensor:
+    def step(self, tree, train: bool, log: Callable[[dict], None] | None = None) -> CriticStep:
         """The actors' advantages ``(nodes, agents, K)``: the TD advantages of the tree's joint actions on the
-        rollout-time values; in training, the critics then learn from the TD targets (`update`)."""
+        rollout-time values, returned with those values and the TD; in training, the critics then learn from the TD
+        targets (`update`)."""
         if not tree.joint_actions:
-            return torch.zeros(0, self.num_agents, 0)
+            return CriticStep(torch.zeros(0, self.num_agents, 0), torch.zeros(0), None)
         values, inputs = self.values(tree)
         td = tree_td(tree, values, self.settings.discount, self.settings.normalize)
-        self.last_values, self.last_td = values, td  # what the face's `metrics_callback` records read
         if train:
             losses = self.update(inputs, td.targets, [tree.nodes[a.node].turn for a in tree.joint_actions])
             if log is not None:
                 log({"critic/value_loss": sum(losses) / len(losses), "critic/value_mean": float(values.mean())})
-        return completion_table(tree, td.advantages, self.num_agents)
+        return CriticStep(completion_table(tree, td.advantages, self.num_agents), values, td)
 
     def update(self, inputs: list, targets: torch.Tensor, turns: Sequence[int]) -> list[float]:
         """CoMLRL's critic steps: for each agent in order, its samples of each turn, `batch_size` at a time, each a

@@ -9,12 +9,13 @@ import copy
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from ....critic.learner import CriticModel, CriticSettings, TeamCritic
+from ....critic.learner import CriticModel, CriticSettings, CriticStep, TeamCritic
 from ...trainer import MAGRPOTrainer
 from .config import ActorCriticConfig, IACConfig, MAACConfig
 
@@ -126,13 +127,15 @@ class ActorCriticTrainer(MAGRPOTrainer):
     def _head_hidden_dim(self, model_config) -> int | None:
         return None
 
-    def _generate_and_score_completions(self, inputs):
-        """The face's step; in training, then CoMLRL's `metrics_callback` on each row's samples (`RolloutRecord`),
-        its float values averaged over the rows and logged under their own keys."""
-        output = super()._generate_and_score_completions(inputs)
-        if self.metrics_callback is not None and self.model.training and self.critic.last_td is not None:
+    def _advantages(self, tree, rows, mode):
+        """The critics' TD advantages in place of the group's (the returns and credited rewards the metrics log are
+        still `credit.assign`'s); in training the critics then learn, and CoMLRL's `metrics_callback` gets each row's
+        samples (`RolloutRecord`), its float values averaged over the rows and logged under their own keys."""
+        returns, credited, _ = super()._advantages(tree, rows, mode)
+        step = self.critic.step(tree, train=mode == "train", log=partial(self._log_metrics, mode))
+        if self.metrics_callback is not None and mode == "train" and step.td is not None:
             values: dict[str, list[float]] = {}
-            for samples in rollout_records(self.last_rollout, self.critic, inputs[:: self.num_generations]):
+            for samples in rollout_records(tree, step, rows):
                 extra = self.metrics_callback(samples)
                 for key, value in extra.items() if isinstance(extra, dict) else ():
                     try:
@@ -141,7 +144,7 @@ class ActorCriticTrainer(MAGRPOTrainer):
                         continue  # as CoMLRL, a value that is not a number is left out
                     values.setdefault(str(key), []).append(number)
             self._log_metrics("train", {key: sum(v) / len(v) for key, v in values.items()})
-        return output
+        return returns, credited, step.advantages
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights and optimizers
@@ -204,7 +207,7 @@ class RolloutRecord:
     metadata: dict = field(default_factory=dict)
 
 
-def rollout_records(tree, critic: TeamCritic, rows: list) -> list[list[RolloutRecord]]:
+def rollout_records(tree, step: CriticStep, rows: list) -> list[list[RolloutRecord]]:
     """Each row's samples (agent-major, then turn), as CoMLRL hands `metrics_callback` one item's rollouts."""
     children, undiscounted = tree.children(), {}
     for a in reversed(range(len(tree.joint_actions))):  # a child's id is larger than its parent's
@@ -212,9 +215,9 @@ def rollout_records(tree, critic: TeamCritic, rows: list) -> list[list[RolloutRe
         undiscounted[a] = tree.joint_actions[a].reward + (
             sum(undiscounted[c] for c in kids) / len(kids) if kids else 0
         )
-    values, td = critic.last_values, critic.last_td
+    values, td = step.values, step.td
     per_row: dict[int, list[RolloutRecord]] = {}
-    for agent in range(critic.num_agents):
+    for agent in range(step.advantages.shape[1]):
         for a, action in enumerate(tree.joint_actions):
             node = tree.nodes[action.node]
             value = values[a] if values.dim() == 1 else values[agent, a]
