@@ -321,7 +321,7 @@ def test_each_iac_critic_takes_a_hand_computed_adamw_step(tmp_path, tokenizer):
 
 def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one_critics_included(tmp_path, tokenizer):
     """Two steps, and the same run resumed from its first step's checkpoint: every actor and critic weight, and the
-    critics' AdamW moments, are the same; `critics.pt` is in each checkpoint."""
+    critics' AdamW moments, are the same; `critics.pt` and `critic_optimizers.pt` are in each checkpoint."""
 
     def build(folder):
         args = MAACConfig(
@@ -340,17 +340,18 @@ def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one_critics_incl
 
     whole = build(tmp_path / "whole")
     whole.train()
-    assert whole.state.global_step == 2 and (tmp_path / "whole" / "checkpoint-1" / "critics.pt").is_file()
+    first = tmp_path / "whole" / "checkpoint-1"
+    assert whole.state.global_step == 2 and {"critics.pt", "critic_optimizers.pt"} <= {p.name for p in first.iterdir()}
     resumed = build(tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-1"))
     assert resumed.state.global_step == 2
     for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
         torch.testing.assert_close(a, b)
-    saved, again = whole.critic.state_dict(), resumed.critic.state_dict()
-    for a, b in zip(saved["critics"][0].values(), again["critics"][0].values(), strict=True):
+    for a, b in zip(whole.critic.weights()[0].values(), resumed.critic.weights()[0].values(), strict=True):
         torch.testing.assert_close(a, b)
-    moments = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in saved["optimizers"][0]["state"].values()]
-    moments_again = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in again["optimizers"][0]["state"].values()]
+    saved, again = whole.critic.optimizer_states()[0], resumed.critic.optimizer_states()[0]
+    moments = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in saved["state"].values()]
+    moments_again = [(s["exp_avg"], s["exp_avg_sq"], s["step"]) for s in again["state"].values()]
     torch.testing.assert_close(moments, moments_again)
     assert float(moments[0][2]) == 2 * 2  # one step per agent, per training step
 

@@ -92,16 +92,18 @@ transformers
 
 - `Trainer.current_gradient_accumulation_steps` -- trainer.py (`training_step`) -- set by the training loop before
   each micro-step, to the number of micro-batches of the current accumulation window.
-- `Trainer._get_output_dir` -- checkpoint.py, update/entropy.py (`_save_checkpoint`) -- signature `(self, trial)`;
+- `Trainer._get_output_dir` -- checkpoint.py (`_save_checkpoint`) -- signature `(self, trial)`;
   without a trial, the run's `output_dir`, in which `Trainer._save_checkpoint` writes `checkpoint-{step}`.
-- `Trainer._load_optimizer_and_scheduler` -- update/entropy.py (overridden, as GRPOTrainer overrides it for its
-  adaptive entropy coefficient) -- signature `(self, checkpoint)`; the training loop calls it with the checkpoint it
-  resumes from, under DeepSpeed too.
+- `Trainer._load_optimizer_and_scheduler`, `Trainer._save_optimizer_and_scheduler` -- update/entropy.py,
+  comlrl/trainers/actor_critic/trainer.py (overridden: the entropy coefficients and the critics' AdamW states are
+  kept beside the optimizer, as GRPOTrainer keeps its adaptive entropy coefficient) -- signatures `(self, checkpoint)`
+  and `(self, output_dir)`; the training loop calls the first with the checkpoint it resumes from, under DeepSpeed
+  too; `_save_checkpoint` calls the second with the checkpoint's folder.
 - `Trainer._remove_unused_columns` -- trainer.py (overridden: every column is kept for the environments)
   -- signature `(self, dataset, description)`; where Trainer drops dataset columns (its dataloaders call it);
   GRPOTrainer does not override it.
 - `Trainer._save`, `Trainer._save_checkpoint`, `Trainer._load_from_checkpoint` (overridden), `rotate_checkpoints`
-  -- checkpoint.py, update/entropy.py (`_save_checkpoint`), comlrl/trainer.py (`_write_checkpoint`) -- signatures;
+  -- checkpoint.py, comlrl/trainer.py (`_write_checkpoint`) -- signatures;
   `_save_checkpoint` reads `output_dir` (through `_get_output_dir`), `save_only_model` and `save_total_limit` from
   `self.args` when called, writes `checkpoint-{step}` there, and rotates last, with `rotate_checkpoints(...,
   save_total_limit=self.args.save_total_limit)`, a function, not a method to override: the package binds `self.args`
@@ -832,6 +834,29 @@ def test_save_checkpoint_reads_the_args_bound_for_the_call_and_rotates_last(tmp_
     assert checkpoints() == ["checkpoint-3"]
 
 
+@contract(
+    "transformers", "Trainer._save_optimizer_and_scheduler", "Trainer._save_checkpoint",
+    used_in="update/entropy.py, comlrl/trainers/actor_critic/trainer.py",
+)  # fmt: skip
+def test_save_optimizer_and_scheduler_writes_into_the_checkpoint_being_saved(tmp_path):
+    # The entropy coefficients and the critics' AdamW states are written by an override of this method: it must get
+    # the checkpoint's own folder, on every process (DeepSpeed saves its optimizer shards there collectively).
+    assert params(Trainer._save_optimizer_and_scheduler) == ["self", "output_dir"]
+    seen = []
+
+    class Recording(GRPOTrainer):
+        def _save_optimizer_and_scheduler(self, output_dir):
+            super()._save_optimizer_and_scheduler(output_dir)
+            seen.append((output_dir, sorted(os.listdir(output_dir))))
+
+    trainer = grpo_trainer(tmp_path, trainer_class=Recording)
+    trainer.create_optimizer_and_scheduler(num_training_steps=1)
+    trainer.state.global_step = 7
+    trainer._save_checkpoint(trainer.model, trial=None)
+    ((folder, files),) = seen
+    assert folder == str(tmp_path / "checkpoint-7") and {"optimizer.pt", "scheduler.pt"} <= set(files), seen
+
+
 @contract("transformers", "Trainer._load_optimizer_and_scheduler", used_in="update/entropy.py")
 def test_load_optimizer_and_scheduler_gets_the_resumed_checkpoint():
     assert params(Trainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
@@ -851,7 +876,7 @@ def test_load_optimizer_and_scheduler_gets_the_resumed_checkpoint():
 
 @contract(
     "transformers", "Trainer._save", "Trainer._save_checkpoint", "Trainer._load_from_checkpoint", "rotate_checkpoints",
-    used_in="checkpoint.py, update/entropy.py",
+    used_in="checkpoint.py",
 )  # fmt: skip
 def test_overridden_methods_keep_their_signatures():
     assert params(GRPOTrainer.compute_loss) == ["self", "model", "inputs", "return_outputs", "num_items_in_batch"]

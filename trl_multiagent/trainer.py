@@ -68,7 +68,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
       `update_chunk_size` rows per agent, each with its own backward (`chunking`), less each agent's entropy bonus
-      (`update.entropy.TeamEntropyBonus`, which also overrides `_save_checkpoint` and `_load_optimizer_and_scheduler`
+      (`update.entropy.TeamEntropyBonus`, which also overrides `_save_optimizer_and_scheduler` and `_load_optimizer_and_scheduler`
       to keep its coefficients in the checkpoints, as GRPOTrainer does);
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`); inside one call of `_compute_loss` it

@@ -165,17 +165,21 @@ class TeamCritic:
         return losses
 
     # ---------------------------------------------------------------- saving
-    def state_dict(self) -> dict:
-        return {
-            "critics": [c.state_dict() for c in self.critics],
-            "optimizers": [o.state_dict() for o in self.optimizers],
-        }
+    def weights(self) -> list[dict]:
+        """Each critic's `state_dict` (backbone and value head)."""
+        return [c.state_dict() for c in self.critics]
 
-    def load_state_dict(self, state: dict) -> None:
-        for critic, saved in zip(self.critics, state["critics"], strict=True):
-            critic.load_state_dict(saved)
-        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
-            optimizer.load_state_dict(saved)
+    def load_weights(self, saved: Sequence[dict]) -> None:
+        for critic, state in zip(self.critics, saved, strict=True):
+            critic.load_state_dict(state)
+
+    def optimizer_states(self) -> list[dict]:
+        """Each critic's AdamW `state_dict` (its moments and step count)."""
+        return [o.state_dict() for o in self.optimizers]
+
+    def load_optimizer_states(self, saved: Sequence[dict]) -> None:
+        for optimizer, state in zip(self.optimizers, saved, strict=True):
+            optimizer.load_state_dict(state)
 
 
 def joint_text(prompts: Sequence, answers: Sequence[str] | None = None) -> str:

@@ -33,7 +33,6 @@ from collections.abc import Callable
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .batching import loss_mask
 from .chunking import BATCH_NORMALISED_LOSSES
@@ -144,8 +143,9 @@ class TeamEntropyBonus:
     bonus, the team's sum) is logged once per micro-batch by `log_policy_loss`, as GRPOTrainer logs it when the bonus
     is on.
 
-    Overrides `_save_checkpoint` and `_load_optimizer_and_scheduler`, as GRPOTrainer does for its one coefficient: the
-    coefficients are written into each checkpoint (`ENTROPY_STATE_NAME`) and read back where the optimizer is.
+    Overrides `_save_optimizer_and_scheduler` and `_load_optimizer_and_scheduler`: the coefficients are written into
+    each checkpoint beside the optimizer (`ENTROPY_STATE_NAME`) and read back with it, as GRPOTrainer keeps its one
+    coefficient (it writes it from `_save_checkpoint`; the optimizer's own pair keeps saving and loading symmetric).
     """
 
     @property
@@ -196,15 +196,13 @@ class TeamEntropyBonus:
             mode = "train" if self.model.training else "eval"
             self._metrics[mode]["policy_loss"].append(self.accelerator.gather(value).nanmean().item())
 
-    def _save_checkpoint(self, model, trial) -> None:
-        """The Trainer's checkpoint, then, with the adaptive control, each agent's coefficient in it."""
-        super()._save_checkpoint(model, trial)
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """The Trainer's (the optimizer and scheduler, into the checkpoint being written), then, with the adaptive
+        control, each agent's coefficient beside them: what `_load_optimizer_and_scheduler` reads back on resume."""
+        super()._save_optimizer_and_scheduler(output_dir)
         control = self.entropy_control
         if control is not None and control.adaptive and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            with open(os.path.join(folder, ENTROPY_STATE_NAME), "w") as file:
+            with open(os.path.join(output_dir, ENTROPY_STATE_NAME), "w") as file:
                 json.dump(control.state_dict(), file)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:

@@ -20,7 +20,8 @@ from ...trainer import MAGRPOTrainer
 from .config import ActorCriticConfig, IACConfig, MAACConfig
 
 
-CRITICS_NAME = "critics.pt"  # in each checkpoint and saved model: `TeamCritic.state_dict()`
+CRITICS_NAME = "critics.pt"  # in each checkpoint and saved model: `TeamCritic.weights()`
+CRITIC_OPTIMIZERS_NAME = "critic_optimizers.pt"  # in each checkpoint, beside the actors' optimizer
 
 
 class ActorCriticTrainer(MAGRPOTrainer):
@@ -147,23 +148,39 @@ class ActorCriticTrainer(MAGRPOTrainer):
         return returns, credited, step.advantages
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights and optimizers
-        (`CRITICS_NAME`): in every checkpoint, before it is marked complete, and in `save_model`'s folder."""
+        """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights (`CRITICS_NAME`): in every
+        checkpoint and in `save_model`'s folder."""
         super()._save(output_dir, state_dict)
         if self.args.should_save:
             folder = output_dir if output_dir is not None else self.args.output_dir
-            torch.save(self.critic.state_dict(), os.path.join(folder, CRITICS_NAME))
+            torch.save(self.critic.weights(), os.path.join(folder, CRITICS_NAME))
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """The Trainer's (the actors' optimizer and scheduler), then the critics' AdamW states beside them
+        (`CRITIC_OPTIMIZERS_NAME`), in each checkpoint."""
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            torch.save(self.critic.optimizer_states(), os.path.join(output_dir, CRITIC_OPTIMIZERS_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        """The team's weights, then the critics' weights and optimizers, which a checkpoint of this trainer holds."""
+        """The team's weights, then the critics', which a checkpoint of this trainer holds."""
         super()._load_from_checkpoint(resume_from_checkpoint, model)
-        path = os.path.join(resume_from_checkpoint, CRITICS_NAME)
+        self.critic.load_weights(self._critic_file(resume_from_checkpoint, CRITICS_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """The Trainer's (and the entropy coefficients'), then the critics' AdamW states."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.critic.load_optimizer_states(self._critic_file(checkpoint, CRITIC_OPTIMIZERS_NAME))
+
+    def _critic_file(self, checkpoint: str, name: str) -> list:
+        path = os.path.join(checkpoint, name)
         if not os.path.isfile(path):
             raise FileNotFoundError(
-                f"{type(self).__name__}: {resume_from_checkpoint} has no {CRITICS_NAME}: it is not a checkpoint of an "
-                "actor-critic trainer, and the critics would start afresh."
+                f"{type(self).__name__}: {checkpoint} has no {name}: it is not a checkpoint of an actor-critic "
+                "trainer, and the critics would start afresh."
             )
-        self.critic.load_state_dict(torch.load(path, map_location=self.accelerator.device, weights_only=True))
+        return torch.load(path, map_location=self.accelerator.device, weights_only=True)
 
     @property
     def critics(self) -> list:
