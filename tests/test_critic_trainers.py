@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from trl_multiagent.comlrl import IACConfig, IACTrainer, MAACConfig, MAACTrainer, MAGRPOConfig
+from trl_multiagent.critic.learner import CriticModel, CriticSettings, TeamCritic
+from trl_multiagent.critic.value_head import last_hidden
 from trl_multiagent.demo.testing import make_model
 
 
@@ -71,7 +73,8 @@ def test_configs_have_comlrls_defaults_and_accept_one_generation(config_cls, ext
         ({"joint_mode": "cross"}, "joint_mode='cross' is refused"),
         ({"num_generations": 2}, "Multi-turn IAC currently supports num_generations == 1"),
         ({"critic_type": "w"}, "critic_type must be one of: 'v', 'q'"),
-        ({"use_separate_critic": False}, "use_separate_critic=False .* is not built yet"),
+        ({"use_separate_critic": False, "critic_type": "q", "mask_truncated_completions": True}, "the mask hides"),
+        ({"value_clip_range": -0.1}, "value_clip_range must be >= 0 or None, got -0.1"),
         ({"advantage_mode": "rloo"}, "advantage_mode='rloo' is refused"),
         ({"reference_kl_enabled": True}, "reference_kl_enabled=True is refused"),
         ({"branching": "best"}, "branching='best' is refused"),
@@ -365,3 +368,133 @@ def test_an_iac_critic_must_read_its_agents_token_ids(tmp_path, tokenizer):
             reward_func=score,
             args=IACConfig(str(tmp_path), num_turns=1, report_to="none"),
         )
+
+
+# ---------------------------------------------------------------- IAC's value heads on the actors' backbones
+
+
+def test_a_shared_heads_value_loss_is_comlrls_clipped_loss_and_reaches_the_backbone(tokenizer):
+    """`TeamCritic.shared_value_loss` on fixed rows, targets and rollout-time values (two of three moved beyond the
+    clip since the rollout): CoMLRL's `_ac_step` loss, ``coef * mean(max((t - v)^2, (t - clip(v))^2))``, written out
+    here on a copy of the model, with the same gradients on the head and the backbone."""
+    settings = CriticSettings(
+        centralized=False, critic_type="v", discount=1.0, normalize=True, value_loss_coef=0.6, learning_rate=1e-3,
+        batch_size=4, shared=True, value_clip_range=0.05,
+    )  # fmt: skip
+    critic_model = CriticModel(make_model(tokenizer, seed=0))
+    torch.nn.init.normal_(critic_model.value_head.layers[-1].weight, std=1.0)  # values far from 0
+    copy_of = copy.deepcopy(critic_model)
+    team = TeamCritic([critic_model], settings, num_agents=1)
+    assert team.optimizers == [] and team.shared_heads() == [critic_model.value_head]
+    rows = [tokenizer("count to three")["input_ids"], tokenizer("say hi")["input_ids"], tokenizer("a")["input_ids"]]
+    with torch.no_grad():
+        now = torch.stack([copy_of(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long))[0] for r in rows])
+    old = now + torch.tensor([0.0, 0.2, -0.2])  # the last two have moved by 0.2 since the rollout: clipped at 0.05
+    targets = torch.tensor([1.0, -1.0, 2.0])
+    loss = team.shared_value_loss(0, rows, targets, old)
+    loss.backward()
+
+    by_hand = 0.0
+    for row, t, o in zip(rows, targets, old, strict=True):
+        ids = torch.tensor([row])
+        v = copy_of.value_head(last_hidden(copy_of.model, ids, torch.ones_like(ids)))[0]
+        clipped = o + torch.clamp(v - o, -0.05, 0.05)
+        by_hand = by_hand + torch.max((t - v) ** 2, (t - clipped) ** 2)
+    by_hand = 0.6 * by_hand / len(rows)
+    by_hand.backward()
+    torch.testing.assert_close(loss.detach(), by_hand.detach())
+    plain = 0.6 * ((targets - now) ** 2).mean()
+    assert float(loss.detach()) > float(plain) + 1e-3  # the clip counted: a clipped error is the larger one
+    pairs = list(zip(critic_model.parameters(), copy_of.parameters(), strict=True))
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-6, rtol=1e-4)
+    backbone = [ours.grad for ours, _ in pairs[: -len(list(critic_model.value_head.parameters()))]]
+    assert any(bool(g.abs().sum() > 0) for g in backbone)  # the value loss reaches the backbone
+
+
+def shared_head_step(tmp_path, tokenizer, value_loss_coef):
+    """One step of IAC with value heads on the actors (one turn, K=1, one loss call per agent), recording the
+    gradients each parameter has when the optimizer steps and what the critic's step gave."""
+    from transformers import TrainerCallback
+
+    args = IACConfig(
+        output_dir=str(tmp_path / f"run{value_loss_coef}"), max_new_tokens=3, num_train_epochs=1, eval_interval=0,
+        early_termination_threshold=None, report_to="none", seed=0, agent_learning_rate=1e-3, num_turns=1,
+        rollout_buffer_size=3, value_loss_coef=value_loss_coef, update_chunk_size=12, use_separate_critic=False,
+        value_head_hidden_dim=4,
+    )  # fmt: skip
+    trainer = IACTrainer(
+        agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+        tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS, args=args,
+    )  # fmt: skip
+    # each head as built (a deep copy of the critic would not do: the agent's forward is bound to the live model)
+    seen = {"heads": [copy.deepcopy(c.value_head.state_dict()) for c in trainer.critic.critics]}
+
+    class Grads(TrainerCallback):
+        def on_pre_optimizer_step(self, *_, **__):
+            seen["grads"] = [
+                [None if p.grad is None else p.grad.clone() for p in c.parameters()] for c in trainer.critic.critics
+            ]
+
+    step = trainer.critic.step
+
+    def recorded_step(tree, train, log=None):
+        result = step(tree, train, log)
+        seen["tree"], seen["step"] = tree, result
+        return result
+
+    trainer.critic.step = recorded_step
+    trainer.add_callback(Grads())
+    trainer.train()
+    assert trainer.state.global_step == 1 and trainer.args.gradient_accumulation_steps == 1
+    return trainer, seen
+
+
+def test_iac_value_heads_on_the_actors_learn_with_them_as_comlrls_shared_critic(tmp_path, tokenizer):
+    """use_separate_critic=False: no critic model and no critic optimizer (CoMLRL's `critics == []`); each head is in
+    the actors' optimizer at the agent's rate; the step's gradients are the actors' loss's plus the value loss's,
+    ``coef * mean((target - value)^2)`` per agent on the rollout-time inputs (worked here on the models before the
+    step; one turn, so the target is the reward), which reaches the backbone; the heads are saved in `critics.pt`."""
+    trainer, seen = shared_head_step(tmp_path, tokenizer, 0.6)
+    without, seen_without = shared_head_step(tmp_path, tokenizer, 0.0)
+    assert trainer.critics == [] and trainer.critic_optimizers == []
+    head_ids = {id(p) for head in trainer.critic.shared_heads() for p in head.parameters()}
+    grouped = {id(p): g["lr"] for g in trainer.optimizer.param_groups for p in g["params"]}
+    assert head_ids and all(grouped.get(i) == 1e-3 for i in head_ids)
+    tree = seen["tree"]
+    assert [a.reward for a in tree.joint_actions] == [a.reward for a in seen_without["tree"].joint_actions]
+    inputs = trainer.critic.inputs(tree)
+    for agent, head in enumerate(seen["heads"]):
+        before = CriticModel(make_model(tokenizer, seed=agent), 4)  # the agent and its head before the step
+        before.value_head.load_state_dict(head)
+        targets = torch.tensor([a.reward for a in tree.joint_actions])
+        values = torch.stack(
+            [before(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long))[0] for r in inputs[agent]]
+        )
+        torch.testing.assert_close(values.detach(), seen["step"].values[agent])
+        (0.6 * ((targets - values) ** 2).mean()).backward()
+        difference = [
+            a - (b if b is not None else torch.zeros_like(a))
+            for a, b in zip(seen["grads"][agent], seen_without["grads"][agent], strict=True)
+        ]
+        for got, parameter in zip(difference, before.parameters(), strict=True):
+            torch.testing.assert_close(got, parameter.grad, atol=1e-6, rtol=1e-4)
+        backbone = difference[: -len(list(before.value_head.parameters()))]
+        assert any(bool(g.abs().sum() > 0) for g in backbone)
+    assert "critic/value_loss" in trainer.state.log_history[0]
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = torch.load(tmp_path / "saved" / "critics.pt", weights_only=True)
+    for state, head in zip(saved, trainer.critic.shared_heads(), strict=True):
+        assert state.keys() == head.state_dict().keys()
+        for key, value in state.items():
+            torch.testing.assert_close(value, head.state_dict()[key])
+
+
+def test_iac_with_heads_on_the_actors_refuses_critics_in_comlrls_words(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="critics can only be provided when use_separate_critic=True"):
+        IACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
+            critics=[make_model(tokenizer, seed=2), make_model(tokenizer, seed=3)],
+            tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS,
+            args=IACConfig(str(tmp_path), num_turns=1, use_separate_critic=False),
+        )  # fmt: skip

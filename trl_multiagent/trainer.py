@@ -292,7 +292,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         rollout = self._rollout(rows, k)
         tree = rollout.tree
-        returns, credited, advantages = self._advantages(tree, rows, mode)  # advantages: (nodes, agents, K)
+        returns, credited, advantages, columns = self._advantages(tree, rows, mode)  # tables: (nodes, agents, K)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
@@ -302,6 +302,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
             pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device
             batch = tree_rows(tree, i, advantages, pad, eos, self._corrects_sampling(i), device)
+            batch.update({key: table[:, i].flatten().to(device) for key, table in columns.items()})
             tokens += row_tokens(batch)
             batch["num_items_in_batch"] = self.accelerator.gather(loss_mask(batch).sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
@@ -320,10 +321,13 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
         return {"agents": agent_batches}
 
     def _advantages(self, tree: RolloutTree, rows: list[dict], mode: str) -> tuple:
-        """The tree's returns, credited rewards and advantages (`credit.assign`, with the config's credit options):
-        the one method a trainer with another estimate of the advantages overrides (the CoMLRL face's IAC and MAAC:
-        a learned critic's TD advantages)."""
-        return credit.assign(tree, self.credit_rules)
+        """The tree's returns, credited rewards and advantages (`credit.assign`, with the config's credit options),
+        and per-completion columns for the loss (none here): the one method a trainer with another estimate of the
+        advantages overrides (the CoMLRL face's IAC and MAAC: a learned critic's TD advantages; IAC's value heads on
+        the actors add their TD targets and rollout-time values as columns). A column is a ``(nodes, agents, K)``
+        table, as the advantages; each agent's rows carry theirs into `compute_loss` (an inert row repeats the first
+        row's: `update.batching.pad_rows`)."""
+        return *credit.assign(tree, self.credit_rules), {}
 
     @torch.no_grad()
     def _add_logps(self, agent: int, batch: dict, times: RolloutTimes) -> None:

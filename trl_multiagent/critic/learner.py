@@ -48,6 +48,10 @@ class CriticSettings:
     value_loss_coef: float
     learning_rate: float
     batch_size: int  # samples of an agent per critic step (CoMLRL's `train_batch_size`)
+    # IAC's value head on each actor's backbone (CoMLRL's `use_separate_critic=False`): no critic model or optimizer
+    # of its own; its value loss, clipped at `value_clip_range`, joins the actor's (`shared_value_loss`)
+    shared: bool = False
+    value_clip_range: float | None = None
 
 
 class CriticStep(NamedTuple):
@@ -85,8 +89,13 @@ class TeamCritic:
         self.critics = [critic.to(device) for critic in critics]
         self.settings, self.num_agents = settings, num_agents
         self.joint_tokenizer, self.device = joint_tokenizer, device
-        # torch's AdamW at its defaults but the rate, on every parameter, as CoMLRL builds the critics' optimizers
-        self.optimizers = [torch.optim.AdamW(c.parameters(), lr=settings.learning_rate) for c in self.critics]
+        # torch's AdamW at its defaults but the rate, on every parameter, as CoMLRL builds the critics' optimizers; a
+        # head on an actor's backbone is stepped by the actors' optimizer instead
+        self.optimizers = (
+            []
+            if settings.shared
+            else [torch.optim.AdamW(c.parameters(), lr=settings.learning_rate) for c in self.critics]
+        )
 
     # ---------------------------------------------------------------- inputs and values
     def inputs(self, tree) -> list[list[list[int]]]:
@@ -130,13 +139,13 @@ class TeamCritic:
     # ---------------------------------------------------------------- advantages and the update
     def step(self, tree, train: bool, log: Callable[[dict], None] | None = None) -> CriticStep:
         """The actors' advantages ``(nodes, agents, K)``: the TD advantages of the tree's joint actions on the
-        rollout-time values, returned with those values and the TD; in training, the critics then learn from the TD
-        targets (`update`)."""
+        rollout-time values, returned with those values and the TD; in training, separate critics then learn from the
+        TD targets (`update`); heads on the actors' backbones learn with the actors (`shared_value_loss`)."""
         if not tree.joint_actions:
             return CriticStep(torch.zeros(0, self.num_agents, 0), torch.zeros(0), None)
         values, inputs = self.values(tree)
         td = tree_td(tree, values, self.settings.discount, self.settings.normalize)
-        if train:
+        if train and not self.settings.shared:
             losses = self.update(inputs, td.targets, [tree.nodes[a.node].turn for a in tree.joint_actions])
             if log is not None:
                 log({"critic/value_loss": sum(losses) / len(losses), "critic/value_mean": float(values.mean())})
@@ -164,14 +173,35 @@ class TeamCritic:
                     losses.append(float(loss.detach()))
         return losses
 
+    def shared_value_loss(
+        self, agent: int, rows: Sequence[Sequence[int]], targets: torch.Tensor, old_values: torch.Tensor
+    ) -> torch.Tensor:
+        """IAC's value loss of a head on agent `agent`'s backbone over `rows` (each the token ids its value is read
+        from, as `inputs` gives them): ``value_loss_coef`` times the mean squared error against the TD `targets`,
+        each error clipped around its rollout-time value (`old_values`) at `value_clip_range`, as CoMLRL's; with
+        gradients into the head and the backbone, for the actor's optimizer."""
+        predicted = self._values(self.critics[agent], rows)
+        return value_loss(
+            predicted,
+            targets.to(predicted.device, predicted.dtype),
+            self.settings.value_loss_coef,
+            old_values=old_values.to(predicted.device, predicted.dtype),
+            value_clip_range=self.settings.value_clip_range,
+        )
+
+    def shared_heads(self) -> list[nn.Module]:
+        """The value heads on the actors' backbones (none with separate critics), for the actors' optimizer."""
+        return [c.value_head for c in self.critics] if self.settings.shared else []
+
     # ---------------------------------------------------------------- saving
     def weights(self) -> list[dict]:
-        """Each critic's `state_dict` (backbone and value head)."""
-        return [c.state_dict() for c in self.critics]
+        """Each critic's `state_dict` (backbone and value head); a head on an actor's backbone, its head's alone (the
+        backbone is saved as the agent)."""
+        return [(c.value_head if self.settings.shared else c).state_dict() for c in self.critics]
 
     def load_weights(self, saved: Sequence[dict]) -> None:
         for critic, state in zip(self.critics, saved, strict=True):
-            critic.load_state_dict(state)
+            (critic.value_head if self.settings.shared else critic).load_state_dict(state)
 
     def optimizer_states(self) -> list[dict]:
         """Each critic's AdamW `state_dict` (its moments and step count)."""

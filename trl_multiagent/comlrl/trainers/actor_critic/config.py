@@ -146,8 +146,9 @@ class IACConfig(ActorCriticConfig):
         critic_learning_rate (`float`, defaults to `5e-6`): each critic's AdamW learning rate; None: `agent_learning_rate`.
         value_loss_coef (`float`, defaults to `0.6`), value_clip_range (`float`, defaults to `0.2`): the value loss's
             weight, and its clip, which CoMLRL applies only to a head on the actor's backbone.
-        use_separate_critic (`bool`, defaults to `True`): a critic model per agent; False (a head on the actor) is not
-            built yet and is refused.
+        use_separate_critic (`bool`, defaults to `True`): a critic model per agent; False: a value head on each
+            actor's backbone, trained with the actor (its value loss added to the actor's, clipped at
+            `value_clip_range`; the head in the actors' optimizer).
         critic_type (`str`, defaults to `"v"`): `"v"` or `"q"`.
         critic_value_head_hidden_dim, value_head_hidden_dim (`int`, *optional*): the critic's (the actor's) value
             head's hidden layer.
@@ -161,7 +162,7 @@ class IACConfig(ActorCriticConfig):
         metadata={"help": "Clip of a value head on the actor's backbone (CoMLRL applies none to a separate critic)."},
     )
     use_separate_critic: bool = field(
-        default=True, metadata={"help": "A critic model per agent (False, a head on the actor, is not built yet)."}
+        default=True, metadata={"help": "A critic model per agent; False: a value head on each actor's backbone."}
     )
     critic_value_head_hidden_dim: int | None = field(
         default=None, metadata={"help": "Hidden layer of the critic's value head (None: a linear head)."}
@@ -171,12 +172,15 @@ class IACConfig(ActorCriticConfig):
     )
 
     def __post_init__(self, train_batch_size: int | None, eval_batch_size: int | None):
-        if not self.use_separate_critic:
+        if self.value_clip_range is not None and not self.value_clip_range >= 0:
+            raise ValueError(f"IACConfig: value_clip_range must be >= 0 or None, got {self.value_clip_range}.")
+        if not self.use_separate_critic and str(self.critic_type).lower() == "q" and self.mask_truncated_completions:
             raise ValueError(
-                "IACConfig: use_separate_critic=False (a value head on the actor's backbone) is not built yet; "
-                "use_separate_critic=True gives each agent a critic model of its own (docs/critics.md)."
+                "IACConfig: use_separate_critic=False with critic_type='q' and mask_truncated_completions=True: the "
+                "head reads Q at each answer's last token, which the mask hides for a truncated answer. Set "
+                "mask_truncated_completions=False, or use critic_type='v'."
             )
-        if self.value_clip_range is not None:
+        if self.value_clip_range is not None and self.use_separate_critic:
             logger.info_once(
                 f"IACConfig: value_clip_range={self.value_clip_range} is not applied: as in CoMLRL, it clips only a "
                 "value head on the actor's backbone, and each agent's critic here is a separate model."

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from ....critic.learner import CriticModel, CriticSettings, CriticStep, TeamCritic
+from ....critic.learner import CriticModel, CriticSettings, CriticStep, TeamCritic, completion_table
 from ...trainer import MAGRPOTrainer
 from .config import ActorCriticConfig, IACConfig, MAACConfig
 
@@ -75,7 +75,17 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(
                 f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
             )
-        sources = critic_sources(name, critic_model, critics, 1 if self.centralized else args.num_agents)
+        shared = not getattr(args, "use_separate_critic", True)  # IAC's value heads on the actors' backbones
+        if shared and (critics is not None or critic_model is not None):
+            raise ValueError(f"{name}: critics can only be provided when use_separate_critic=True (CoMLRL's words).")
+        if shared and trl_arguments.get("peft_config") is not None:
+            raise ValueError(
+                f"{name}: use_separate_critic=False with peft_config: value heads on adapters are not built yet; "
+                "use_separate_critic=True with a critic_model gives each agent a critic of its own (docs/critics.md)."
+            )
+        sources = (
+            [] if shared else critic_sources(name, critic_model, critics, 1 if self.centralized else args.num_agents)
+        )
         model_config = dict(model_config or {})
         critic_config = {key: model_config.pop(key) for key in CRITIC_MODEL_CONFIG if key in model_config}
         args = copy.copy(args)
@@ -107,10 +117,14 @@ class ActorCriticTrainer(MAGRPOTrainer):
             value_loss_coef=self.args.value_loss_coef,
             learning_rate=self.args.critic_learning_rate,
             batch_size=int(self.args.comlrl_batch_sizes["train_batch_size"]),
+            shared=shared,
+            value_clip_range=getattr(self.args, "value_clip_range", None) if shared else None,
         )
-        heads = self._head_hidden_dim(critic_config)
+        if shared:  # each agent's own model is its critic's backbone, with a head of `value_head_hidden_dim`
+            models = [self.team.agent(agent) for agent in range(self.num_agents)]
+        heads = self.args.value_head_hidden_dim if shared else self._head_hidden_dim(critic_config)
         critic_models = [CriticModel(m, heads) for m in models]
-        for agent, critic in enumerate(critic_models if not self.centralized else []):
+        for agent, critic in enumerate(critic_models if not (self.centralized or shared) else []):
             rows = self.agents[agent].get_input_embeddings().num_embeddings
             if not critic.reads(rows):
                 raise ValueError(
@@ -132,8 +146,13 @@ class ActorCriticTrainer(MAGRPOTrainer):
         """The critics' TD advantages in place of the group's (the returns and credited rewards the metrics log are
         still `credit.assign`'s); in training the critics then learn, and CoMLRL's `metrics_callback` gets each row's
         samples (`RolloutRecord`), its float values averaged over the rows and logged under their own keys."""
-        returns, credited, _ = super()._advantages(tree, rows, mode)
+        returns, credited, _, columns = super()._advantages(tree, rows, mode)
         step = self.critic.step(tree, train=mode == "train", log=partial(self._log_metrics, mode))
+        if self.critic.settings.shared and step.td is not None:  # what each row's value loss reads (`compute_loss`)
+            columns = {
+                "value_targets": completion_table(tree, step.td.targets, self.num_agents),
+                "old_values": completion_table(tree, step.values, self.num_agents),
+            }
         if self.metrics_callback is not None and mode == "train" and step.td is not None:
             values: dict[str, list[float]] = {}
             for samples in rollout_records(tree, step, rows):
@@ -145,7 +164,61 @@ class ActorCriticTrainer(MAGRPOTrainer):
                         continue  # as CoMLRL, a value that is not a number is left out
                     values.setdefault(str(key), []).append(number)
             self._log_metrics("train", {key: sum(v) / len(v) for key, v in values.items()})
-        return returns, credited, step.advantages
+        return returns, credited, step.advantages, columns
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The actors' loss (`MAGRPOTrainer.compute_loss`: TRL's, per agent); with IAC's value heads on the actors'
+        backbones, plus each trainable agent's value loss on its real rows of the micro-batch, in the same backward,
+        as CoMLRL adds them (`TeamCritic.shared_value_loss`: clipped at `value_clip_range`)."""
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if not (self.critic.settings.shared and torch.is_grad_enabled()):
+            return loss
+        value_losses = []
+        for agent, rows in enumerate(inputs):
+            real = rows["is_real"].bool()
+            if agent not in self.trainable_agents or not bool(real.any()):
+                continue
+            value_losses.append(
+                self.critic.shared_value_loss(
+                    agent,
+                    self._value_inputs(rows, real),
+                    rows["value_targets"][real],
+                    rows["old_values"][real],
+                )
+            )
+        if value_losses:
+            value_loss = sum(value_losses)
+            self._log_metrics("train", {"critic/value_loss": float(value_loss.detach()) / len(value_losses)})
+            loss = loss + value_loss
+        return loss
+
+    def _value_inputs(self, rows: dict, real: torch.Tensor) -> list[list[int]]:
+        """Each real row's token ids as the rollout's values read them (`TeamCritic.inputs`): the prompt (V), or the
+        prompt and the completion (Q), without padding."""
+        sequences = []
+        for index in real.nonzero().flatten().tolist():
+            ids = rows["prompt_ids"][index][rows["prompt_mask"][index].bool()].tolist()
+            if self.args.critic_type == "q":
+                ids += rows["completion_ids"][index][rows["completion_mask"][index].bool()].tolist()
+            sequences.append(ids)
+        return sequences
+
+    def create_optimizer(self, model=None):
+        """The actors' optimizer (`MAGRPOTrainer.create_optimizer`); with IAC's value heads on the actors' backbones,
+        each head joins it at its agent's rate, as CoMLRL's agent optimizer holds the head (weight decay as the
+        Trainer's: on weights, not biases)."""
+        optimizer = super().create_optimizer(model)
+        rates = self.args.agent_learning_rates or [self.args.learning_rate] * self.num_agents
+        for agent, head in enumerate(self.critic.shared_heads()):
+            decayed = set(self.get_decay_parameter_names(head))
+            named = list(head.named_parameters())
+            for decay, params in (
+                (self.args.weight_decay, [p for n, p in named if n in decayed]),
+                (0.0, [p for n, p in named if n not in decayed]),
+            ):
+                if params:
+                    optimizer.add_param_group({"params": params, "lr": rates[agent], "weight_decay": decay})
+        return optimizer
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """The team (`checkpoint.TeamCheckpointing._save`), then the critics' weights (`CRITICS_NAME`): in every
@@ -184,8 +257,9 @@ class ActorCriticTrainer(MAGRPOTrainer):
 
     @property
     def critics(self) -> list:
-        """The critic models (CoMLRL's `critics`): one per agent (IAC) or one (MAAC)."""
-        return self.critic.critics
+        """The critic models (CoMLRL's `critics`): one per agent (IAC) or one (MAAC); none with IAC's value heads on
+        the actors' backbones (`use_separate_critic=False`), as in CoMLRL."""
+        return [] if self.critic.settings.shared else self.critic.critics
 
     @property
     def critic_optimizers(self) -> list:
