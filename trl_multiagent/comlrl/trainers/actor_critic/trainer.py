@@ -26,7 +26,12 @@ CRITIC_OPTIMIZERS_NAME = "critic_optimizers.pt"  # in each checkpoint, beside th
 
 class ActorCriticTrainer(MAGRPOTrainer):
     """What `IACTrainer` and `MAACTrainer` share: CoMLRL's signature, the critics, CoMLRL's `metrics_callback`, and a
-    refusal of what is not built for them yet (several processes)."""
+    refusal of what is not built for them yet (several processes).
+
+    Overrides of the face's `MAGRPOTrainer`: `_advantages` (the critics' TD advantages instead of the group's, and
+    the critics' step); `compute_loss` and `create_optimizer` (IAC's value heads on the actors: their value loss joins
+    the actors', their parameters the actors' optimizer); `_save` and `_load_from_checkpoint` (the critics' weights),
+    `_save_optimizer_and_scheduler` and `_load_optimizer_and_scheduler` (the critics' AdamW states)."""
 
     default_config_cls = ActorCriticConfig
     centralized = False  # MAAC: one critic for the team
@@ -370,7 +375,8 @@ def load_critic(source, model_kwargs: dict):
 class IACTrainer(ActorCriticTrainer):
     """CoMLRL 1.4.3's `IACTrainer`: each agent has a critic model of its own (`critic_model` copied per agent, or
     `critics`, one per agent), with a value head (`critic_value_head_hidden_dim`), giving V(h) from the agent's prompt
-    or Q(h, a) from its prompt and answer (`critic_type`). `use_separate_critic=False` is not built yet."""
+    or Q(h, a) from its prompt and answer (`critic_type`); with `use_separate_critic=False`, a value head on each
+    agent's own model instead (`value_head_hidden_dim`), trained with the actor (`compute_loss`)."""
 
     default_config_cls = IACConfig
     algorithm_name = _name = "IAC"
