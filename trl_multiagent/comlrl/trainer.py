@@ -124,6 +124,11 @@ class MAGRPOTrainer(TRLFaceTrainer):
         say_early_termination(args)
         undiscounted(args)
         model, count = _team(agent_model, agents, num_agents)
+        if agents is not None and isinstance(tokenizer, (list, tuple)) and len(tokenizer) != count:
+            raise ValueError(
+                f"{type(self).__name__}: tokenizers length must match agents (CoMLRL's words): {len(tokenizer)} "
+                f"tokenizers for {count} agents."
+            )
         args.num_agents = count
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"MAGRPOTrainer: reward_func must be a callable, got {reward_func!r}.")
@@ -477,6 +482,11 @@ def _team(agent_model, agents, num_agents: int) -> tuple[Any, int]:
         raise ValueError("MAGRPOTrainer: Either agent_model or agents must be provided (CoMLRL's words).")
     if agents is not None:
         if agent_model is not None:
+            if len(agents) != num_agents:  # with both, CoMLRL counts the team by `num_agents`
+                raise ValueError(
+                    f"MAGRPOTrainer: agents length ({len(agents)}) must match num_agents ({num_agents}) (CoMLRL's "
+                    "words)."
+                )
             check_agent_model_names(agent_model, agents)  # CoMLRL accepts both when they name the same model
         return list(agents), len(agents)
     if not isinstance(agent_model, str):

@@ -66,6 +66,13 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(f"{name}: reward_func must be a callable.")
         if agent_model is None and agents is None:
             raise ValueError(f"{name}: Either agent_model or agents must be provided (CoMLRL's words).")
+        if agents is not None and not isinstance(agents, (str, bytes)) and len(agents) != args.num_agents:
+            raise ValueError(
+                f"{name}: agents length ({len(agents)}) must match num_agents ({args.num_agents}) (CoMLRL's words)."
+            )
+        shared = not getattr(args, "use_separate_critic", True)  # IAC's value heads on the actors' backbones
+        if shared and (critics is not None or critic_model is not None):
+            raise ValueError(f"{name}: critics can only be provided when use_separate_critic=True (CoMLRL's words).")
         if agents is None and args.num_agents > 1 and isinstance(agent_model, PreTrainedModel):
             raise ValueError(
                 f"{name}: Multi-agent {args.algorithm} requires `agent_model` to be a pretrained identifier string."
@@ -80,9 +87,6 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(
                 f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
             )
-        shared = not getattr(args, "use_separate_critic", True)  # IAC's value heads on the actors' backbones
-        if shared and (critics is not None or critic_model is not None):
-            raise ValueError(f"{name}: critics can only be provided when use_separate_critic=True (CoMLRL's words).")
         if shared and trl_arguments.get("peft_config") is not None:
             raise ValueError(
                 f"{name}: use_separate_critic=False with peft_config: value heads on adapters are not built yet; "
