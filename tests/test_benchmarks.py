@@ -34,6 +34,19 @@ def test_bench_memory_tree_smoke():
     assert [line.split()[:3] for line in lines[1:]] == [["2", "1", "8"], ["2", "2", "24"]]
 
 
+@pytest.mark.slow  # about 40 s on 2 cores: four trainers, each in a fresh process
+def test_bench_critics_smoke():
+    """Each side trains at the same rows per agent; the critics' parameters are counted: IAC's two critic models, then
+    MAAC's one, then IAC's heads on the actors add parameters to MAGRPO's team, in that order."""
+    import json
+
+    sides = {r["side"]: r for r in json.loads(smoke("bench_critics.py")[-1])}
+    assert list(sides) == ["magrpo", "iac", "iac_heads", "maac"]
+    assert {r["rows_per_agent"] for r in sides.values()} == {8} and all(r["step_s"] > 0 for r in sides.values())
+    params = {side: r["params"] for side, r in sides.items()}
+    assert params["iac"] > params["maac"] > params["iac_heads"] > params["magrpo"], params
+
+
 def test_bench_limit_smoke():
     lines = smoke("bench_limit.py")
     assert "rows per step: 40" in lines  # 1 prompt, K=4: (4 + 16) joint answers x 2 agents
