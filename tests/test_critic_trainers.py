@@ -75,6 +75,8 @@ def test_configs_have_comlrls_defaults_and_accept_one_generation(config_cls, ext
         ({"critic_type": "w"}, "critic_type must be one of: 'v', 'q'"),
         ({"use_separate_critic": False, "critic_type": "q", "mask_truncated_completions": True}, "the mask hides"),
         ({"value_clip_range": -0.1}, "value_clip_range must be >= 0 or None, got -0.1"),
+        ({"use_separate_critic": False, "max_grad_norm": 1.0}, "max_grad_norm=1.0 with use_separate_critic=False"),
+        ({"deepspeed": "ds_zero2.json"}, "deepspeed='ds_zero2.json' is refused: the critics are not DeepSpeed"),
         ({"advantage_mode": "rloo"}, "advantage_mode='rloo' is refused"),
         ({"reference_kl_enabled": True}, "reference_kl_enabled=True is refused"),
         ({"branching": "best"}, "branching='best' is refused"),
@@ -412,20 +414,29 @@ def test_a_shared_heads_value_loss_is_comlrls_clipped_loss_and_reaches_the_backb
     assert any(bool(g.abs().sum() > 0) for g in backbone)  # the value loss reaches the backbone
 
 
-def shared_head_step(tmp_path, tokenizer, value_loss_coef):
-    """One step of IAC with value heads on the actors (one turn, K=1, one loss call per agent), recording the
+FOUR_PROMPTS = [*PROMPTS, {"prompt": "list two fruits"}]
+# How one optimizer step's rows reach the loss: one loss call per agent; chunks of one row; two micro-batches of
+# gradient accumulation (TRL's layout, given in its names)
+LAYOUTS = {
+    "one_call": {"rollout_buffer_size": 4, "update_chunk_size": 12},
+    "chunks_of_one_row": {"rollout_buffer_size": 4, "update_chunk_size": 1},
+    "accumulation_of_two": {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2},
+}
+
+
+def shared_head_step(tmp_path, tokenizer, value_loss_coef, layout):
+    """One optimizer step of IAC with value heads on the actors (one turn, K=1, four prompts), recording the
     gradients each parameter has when the optimizer steps and what the critic's step gave."""
     from transformers import TrainerCallback
 
     args = IACConfig(
         output_dir=str(tmp_path / f"run{value_loss_coef}"), max_new_tokens=3, num_train_epochs=1, eval_interval=0,
         early_termination_threshold=None, report_to="none", seed=0, agent_learning_rate=1e-3, num_turns=1,
-        rollout_buffer_size=3, value_loss_coef=value_loss_coef, update_chunk_size=12, use_separate_critic=False,
-        value_head_hidden_dim=4,
+        value_loss_coef=value_loss_coef, use_separate_critic=False, value_head_hidden_dim=4, **LAYOUTS[layout],
     )  # fmt: skip
     trainer = IACTrainer(
         agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
-        tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS, args=args,
+        tokenizer=tokenizer, reward_func=score, train_dataset=FOUR_PROMPTS, args=args,
     )  # fmt: skip
     # each head as built (a deep copy of the critic would not do: the agent's forward is bound to the live model)
     seen = {"heads": [copy.deepcopy(c.value_head.state_dict()) for c in trainer.critic.critics]}
@@ -446,17 +457,21 @@ def shared_head_step(tmp_path, tokenizer, value_loss_coef):
     trainer.critic.step = recorded_step
     trainer.add_callback(Grads())
     trainer.train()
-    assert trainer.state.global_step == 1 and trainer.args.gradient_accumulation_steps == 1
+    accumulation = 2 if layout == "accumulation_of_two" else 1
+    assert trainer.state.global_step == 1 and trainer.args.gradient_accumulation_steps == accumulation
+    assert len(seen["tree"].nodes) == 4
     return trainer, seen
 
 
-def test_iac_value_heads_on_the_actors_learn_with_them_as_comlrls_shared_critic(tmp_path, tokenizer):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_iac_value_heads_on_the_actors_learn_with_them_as_comlrls_shared_critic(tmp_path, tokenizer, layout):
     """use_separate_critic=False: no critic model and no critic optimizer (CoMLRL's `critics == []`); each head is in
     the actors' optimizer at the agent's rate; the step's gradients are the actors' loss's plus the value loss's,
-    ``coef * mean((target - value)^2)`` per agent on the rollout-time inputs (worked here on the models before the
-    step; one turn, so the target is the reward), which reaches the backbone; the heads are saved in `critics.pt`."""
-    trainer, seen = shared_head_step(tmp_path, tokenizer, 0.6)
-    without, seen_without = shared_head_step(tmp_path, tokenizer, 0.0)
+    ``coef * mean((target - value)^2)`` per agent over the step's rows on the rollout-time inputs (worked here on the
+    models before the step; one turn, so the target is the reward), which reaches the backbone, whether the rows go
+    through one loss call, chunks of one row, or two micro-batches of accumulation; the heads are saved."""
+    trainer, seen = shared_head_step(tmp_path, tokenizer, 0.6, layout)
+    without, seen_without = shared_head_step(tmp_path, tokenizer, 0.0, layout)
     assert trainer.critics == [] and trainer.critic_optimizers == []
     head_ids = {id(p) for head in trainer.critic.shared_heads() for p in head.parameters()}
     grouped = {id(p): g["lr"] for g in trainer.optimizer.param_groups for p in g["params"]}
@@ -482,6 +497,9 @@ def test_iac_value_heads_on_the_actors_learn_with_them_as_comlrls_shared_critic(
         backbone = difference[: -len(list(before.value_head.parameters()))]
         assert any(bool(g.abs().sum() > 0) for g in backbone)
     assert "critic/value_loss" in trainer.state.log_history[0]
+    trainer.create_optimizer()  # as a second `train()` does: the heads are not added twice
+    held = [id(p) for group in trainer.optimizer.param_groups for p in group["params"]]
+    assert len(held) == len(set(held))
     trainer.save_model(str(tmp_path / "saved"))
     saved = torch.load(tmp_path / "saved" / "critics.pt", weights_only=True)
     for state, head in zip(saved, trainer.critic.shared_heads(), strict=True):
@@ -498,3 +516,36 @@ def test_iac_with_heads_on_the_actors_refuses_critics_in_comlrls_words(tmp_path,
             tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS,
             args=IACConfig(str(tmp_path), num_turns=1, use_separate_critic=False),
         )  # fmt: skip
+    agents = [make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)]
+    optimizer = torch.optim.SGD([p for a in agents for p in a.parameters()], lr=0.1)
+    with pytest.raises(ValueError, match="use_separate_critic=False with optimizers=: the value heads join"):
+        IACTrainer(
+            agents=agents, tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS,
+            args=IACConfig(str(tmp_path), num_turns=1, use_separate_critic=False), optimizers=(optimizer, None),
+        )  # fmt: skip
+
+
+def test_a_checkpoint_without_the_critics_optimizers_resumes_with_fresh_ones_and_says_so(tmp_path, tokenizer, caplog):
+    """As the Trainer's own optimizer file, `critic_optimizers.pt` is optional on resume (a `save_only_model`
+    checkpoint has none): the critics' weights load, their AdamW starts afresh, with a warning naming the file."""
+
+    def build(folder, epochs):
+        args = MAACConfig(
+            output_dir=str(folder), max_new_tokens=3, num_train_epochs=epochs, eval_interval=0, num_turns=1,
+            early_termination_threshold=None, report_to="none", seed=0, rollout_buffer_size=3, save_strategy="steps",
+            save_steps=1,
+        )  # fmt: skip
+        return MAACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], critics=[make_model(tokenizer, seed=2)],
+            tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS, args=args,
+        )  # fmt: skip
+
+    first = build(tmp_path / "run", 1)
+    first.train()
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    (checkpoint / "critic_optimizers.pt").unlink()
+    resumed = build(tmp_path / "run", 2)
+    with caplog.at_level("WARNING"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 2
+    assert "has no critic_optimizers.pt" in caplog.text and "start afresh" in caplog.text

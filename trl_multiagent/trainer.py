@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import torch
 from accelerate.utils import gather_object
@@ -31,7 +32,7 @@ from .team.assembly import build_reference, build_team, fused_heads_on_agents
 from .team.optimizer import agent_rates_optimizer
 from .timing import MicroStep, Reading, RolloutTimes, UpdateTimes
 from .trees import TreeRecorder
-from .update.batching import loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
+from .update.batching import add_row_columns, loss_mask, pad_rows, row_tokens, split_micro_batches, tree_rows
 from .update.chunking import update_chunks
 from .update.entropy import TeamEntropyBonus
 from .update.importance import RatioFromLoss, add_importance_sampling_ratio, reduce_sampling_stats, sampling_stats
@@ -48,6 +49,18 @@ class Rollout:
     times: RolloutTimes = field(default_factory=RolloutTimes)  # with the `logps` passes after it
     truncated_prompts: int = 0
     tree: RolloutTree | None = None  # once grown
+
+
+class StepCredit(NamedTuple):
+    """What `MAGRPOTrainer._advantages` gives a step: `credit.assign`'s returns and credited rewards (logged), the
+    advantages ``(nodes, agents, K)`` the loss takes, and per-completion `columns`, tables of the same shape that each
+    agent's rows carry into `compute_loss` under their names (`update.batching.add_row_columns`; an inert row repeats
+    the first row's: `pad_rows`). A subclass adds to its parent's columns."""
+
+    returns: Any
+    credited: Any
+    advantages: torch.Tensor
+    columns: Mapping[str, torch.Tensor] = MappingProxyType({})
 
 
 class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
@@ -292,7 +305,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
         rows = inputs[::k]  # the sampler repeats each prompt K times; a tree grows once per prompt
         rollout = self._rollout(rows, k)
         tree = rollout.tree
-        returns, credited, advantages, columns = self._advantages(tree, rows, mode)  # tables: (nodes, agents, K)
+        returns, credited, advantages, columns = self._advantages(tree, rows, mode)
 
         # Every process gets the same row count per agent (inert rows pad the rest), so that the log-prob passes and
         # the micro-batches run the same forwards everywhere.
@@ -302,7 +315,7 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
             eos = self.agent_eos_token_ids[i] if self.mask_truncated_completions else None
             pad, device = self.tokenizers[i].pad_token_id, self.accelerator.device
             batch = tree_rows(tree, i, advantages, pad, eos, self._corrects_sampling(i), device)
-            batch.update({key: table[:, i].flatten().to(device) for key, table in columns.items()})
+            add_row_columns(batch, columns, i, advantages)
             tokens += row_tokens(batch)
             batch["num_items_in_batch"] = self.accelerator.gather(loss_mask(batch).sum()).sum()
             batch = pad_rows(batch, rows_per_agent)
@@ -320,14 +333,11 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
             self._logs = completion_logs(gather_object(table))
         return {"agents": agent_batches}
 
-    def _advantages(self, tree: RolloutTree, rows: list[dict], mode: str) -> tuple:
-        """The tree's returns, credited rewards and advantages (`credit.assign`, with the config's credit options),
-        and per-completion columns for the loss (none here): the one method a trainer with another estimate of the
-        advantages overrides (the CoMLRL face's IAC and MAAC: a learned critic's TD advantages; IAC's value heads on
-        the actors add their TD targets and rollout-time values as columns). A column is a ``(nodes, agents, K)``
-        table, as the advantages; each agent's rows carry theirs into `compute_loss` (an inert row repeats the first
-        row's: `update.batching.pad_rows`)."""
-        return *credit.assign(tree, self.credit_rules), {}
+    def _advantages(self, tree: RolloutTree, rows: list[dict], mode: str) -> StepCredit:
+        """The tree's returns, credited rewards and advantages (`credit.assign`, with the config's credit options):
+        the one method a trainer with another estimate of the advantages overrides (the CoMLRL face's IAC and MAAC: a
+        learned critic's TD advantages; IAC's value heads on the actors add columns for their loss)."""
+        return StepCredit(*credit.assign(tree, self.credit_rules))
 
     @torch.no_grad()
     def _add_logps(self, agent: int, batch: dict, times: RolloutTimes) -> None:

@@ -174,12 +174,18 @@ class TeamCritic:
         return losses
 
     def shared_value_loss(
-        self, agent: int, rows: Sequence[Sequence[int]], targets: torch.Tensor, old_values: torch.Tensor
+        self,
+        agent: int,
+        rows: Sequence[Sequence[int]],
+        targets: torch.Tensor,
+        old_values: torch.Tensor,
+        weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """IAC's value loss of a head on agent `agent`'s backbone over `rows` (each the token ids its value is read
-        from, as `inputs` gives them): ``value_loss_coef`` times the mean squared error against the TD `targets`,
-        each error clipped around its rollout-time value (`old_values`) at `value_clip_range`, as CoMLRL's; with
-        gradients into the head and the backbone, for the actor's optimizer."""
+        from, as `inputs` gives them): ``value_loss_coef`` times the mean squared error against the TD `targets` (or
+        the errors' sum weighted by `weights`: rows of a chunk, each weighted by its share of the micro-batch), each
+        error clipped around its rollout-time value (`old_values`) at `value_clip_range`, as CoMLRL's; with gradients
+        into the head and the backbone, for the actor's optimizer."""
         predicted = self._values(self.critics[agent], rows)
         return value_loss(
             predicted,
@@ -187,6 +193,7 @@ class TeamCritic:
             self.settings.value_loss_coef,
             old_values=old_values.to(predicted.device, predicted.dtype),
             value_clip_range=self.settings.value_clip_range,
+            weights=weights,
         )
 
     def shared_heads(self) -> list[nn.Module]:

@@ -101,8 +101,10 @@ def value_loss(
     value_loss_coef: float,
     old_values: torch.Tensor | None = None,
     value_clip_range: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``value_loss_coef`` times the mean squared error of the values against their targets. With a
+    """``value_loss_coef`` times the mean squared error of the values against their targets (with `weights`, the
+    errors' weighted sum instead: a chunk's share of a mean over more rows). With a
     `value_clip_range` (CoMLRL clips a value head that shares the actor's backbone, IAC's
     ``use_separate_critic=False``, and nothing else), each error is the larger of the plain one and that of the value
     kept within `value_clip_range` of its rollout-time value `old_values`.
@@ -124,7 +126,7 @@ def value_loss(
             )
         kept = old_values + (values - old_values).clamp(-value_clip_range, value_clip_range)
         error = torch.maximum(error, (targets - kept) ** 2)
-    return value_loss_coef * error.mean()
+    return value_loss_coef * (error.mean() if weights is None else (weights.to(error) * error).sum())
 
 
 class TD(NamedTuple):

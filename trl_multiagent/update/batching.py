@@ -90,6 +90,35 @@ def _rows(batch: dict) -> int:
     return batch["prompt_ids"].size(0)
 
 
+# The keys the update adds to an agent's rows after `tree_rows` (the log-prob passes, the importance-sampling ratio,
+# the loss's token count, the chunks' weights): a column of `add_row_columns` may not take one of them
+UPDATE_KEYS = frozenset(
+    {"num_items_in_batch", "old_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio", "loss_weight",
+     "token_share"}
+)  # fmt: skip
+
+
+def add_row_columns(batch: dict, columns: dict[str, torch.Tensor], agent: int, advantages: torch.Tensor) -> None:
+    """Add per-completion `columns` (each a ``(nodes, agents, K)`` table, as `advantages`) to `agent`'s rows of
+    `tree_rows`, in the same order: values an advantage estimator hands the loss along with each row. A column that
+    would replace one of the rows' own keys, or that is not shaped as the advantages, is refused.
+
+    >>> batch = {"advantages": torch.zeros(2)}
+    >>> add_row_columns(batch, {"target": torch.tensor([[[1.0], [2.0]], [[3.0], [4.0]]])}, 1, torch.zeros(2, 2, 1))
+    >>> batch["target"]
+    tensor([2., 4.])
+    """
+    for key, table in columns.items():
+        if key in batch or key in UPDATE_KEYS:
+            raise ValueError(f"add_row_columns: a column named {key!r} would replace the rows' own {key!r}.")
+        if tuple(table.shape) != tuple(advantages.shape):
+            raise ValueError(
+                f"add_row_columns: column {key!r} has shape {tuple(table.shape)}; the advantages' is "
+                f"{tuple(advantages.shape)} (nodes, agents, K)."
+            )
+        batch[key] = table[:, agent].flatten().to(batch["advantages"].device)
+
+
 def take_rows(batch: dict, rows: torch.Tensor | slice) -> dict:
     """The given rows of every per-row tensor; scalars (``num_items_in_batch``) as they are."""
     return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}

@@ -104,6 +104,8 @@ class ActorCriticConfig(MAGRPOConfig):
                                "the critic is the baseline"),
             "branching": (self.branching != "all", "a TD target bootstraps from the node each joint action expanded "
                           "into: every joint action of a node that goes on must be continued"),
+            "deepspeed": (self.deepspeed is not None, "the critics are not DeepSpeed engines yet (one process, no "
+                          "ZeRO)"),
         }  # fmt: skip
         for field_name, (bad, why) in refused.items():
             if bad:
@@ -179,6 +181,12 @@ class IACConfig(ActorCriticConfig):
                 "IACConfig: use_separate_critic=False with critic_type='q' and mask_truncated_completions=True: the "
                 "head reads Q at each answer's last token, which the mask hides for a truncated answer. Set "
                 "mask_truncated_completions=False, or use critic_type='v'."
+            )
+        if not self.use_separate_critic and self.max_grad_norm:
+            raise ValueError(
+                f"IACConfig: max_grad_norm={self.max_grad_norm} with use_separate_critic=False: the Trainer clips its "
+                "model's gradients, and the value heads on the actors are stepped with them without being part of it. "
+                "Set max_grad_norm=0 (CoMLRL's: it clips none), or use_separate_critic=True."
             )
         if self.value_clip_range is not None and self.use_separate_critic:
             logger.info_once(

@@ -14,11 +14,14 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers.utils import logging
 
 from ....critic.learner import CriticModel, CriticSettings, CriticStep, TeamCritic, completion_table
 from ...trainer import MAGRPOTrainer
 from .config import ActorCriticConfig, IACConfig, MAACConfig
 
+
+logger = logging.get_logger(__name__)
 
 CRITICS_NAME = "critics.pt"  # in each checkpoint and saved model: `TeamCritic.weights()`
 CRITIC_OPTIMIZERS_NAME = "critic_optimizers.pt"  # in each checkpoint, beside the actors' optimizer
@@ -35,6 +38,8 @@ class ActorCriticTrainer(MAGRPOTrainer):
 
     default_config_cls = ActorCriticConfig
     centralized = False  # MAAC: one critic for the team
+    # Open only within one `compute_loss` with IAC's value heads on the actors: each chunk's value losses, logged once
+    _open_value_losses: list | None = None
 
     def __init__(
         self,
@@ -86,6 +91,11 @@ class ActorCriticTrainer(MAGRPOTrainer):
         if args.world_size > 1:  # before any model is built
             raise ValueError(
                 f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
+            )
+        if shared and any(part is not None for part in trl_arguments.get("optimizers", ())):
+            raise ValueError(
+                f"{name}: use_separate_critic=False with optimizers=: the value heads join the actors' optimizer, "
+                "which the trainer makes; leave optimizers out, or use_separate_critic=True."
             )
         if shared and trl_arguments.get("peft_config") is not None:
             raise ValueError(
@@ -154,14 +164,14 @@ class ActorCriticTrainer(MAGRPOTrainer):
     def _advantages(self, tree, rows, mode):
         """The critics' TD advantages in place of the group's (the returns and credited rewards the metrics log are
         still `credit.assign`'s); in training the critics then learn, and CoMLRL's `metrics_callback` gets each row's
-        samples (`RolloutRecord`), its float values averaged over the rows and logged under their own keys."""
-        returns, credited, _, columns = super()._advantages(tree, rows, mode)
+        samples (`RolloutRecord`), its float values averaged over the rows and logged under their own keys. With
+        value heads on the actors, each row also carries its TD target and rollout-time value (`_team_loss`)."""
+        credit = super()._advantages(tree, rows, mode)
         step = self.critic.step(tree, train=mode == "train", log=partial(self._log_metrics, mode))
-        if self.critic.settings.shared and step.td is not None:  # what each row's value loss reads (`compute_loss`)
-            columns = {
-                "value_targets": completion_table(tree, step.td.targets, self.num_agents),
-                "old_values": completion_table(tree, step.values, self.num_agents),
-            }
+        columns = dict(credit.columns)
+        if self.critic.settings.shared and step.td is not None:
+            columns["value_targets"] = completion_table(tree, step.td.targets, self.num_agents)
+            columns["old_values"] = completion_table(tree, step.values, self.num_agents)
         if self.metrics_callback is not None and mode == "train" and step.td is not None:
             values: dict[str, list[float]] = {}
             for samples in rollout_records(tree, step, rows):
@@ -173,31 +183,50 @@ class ActorCriticTrainer(MAGRPOTrainer):
                         continue  # as CoMLRL, a value that is not a number is left out
                     values.setdefault(str(key), []).append(number)
             self._log_metrics("train", {key: sum(v) / len(v) for key, v in values.items()})
-        return returns, credited, step.advantages, columns
+        return credit._replace(advantages=step.advantages, columns=columns)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The actors' loss (`MAGRPOTrainer.compute_loss`: TRL's, per agent); with IAC's value heads on the actors'
-        backbones, plus each trainable agent's value loss on its real rows of the micro-batch, in the same backward,
-        as CoMLRL adds them (`TeamCritic.shared_value_loss`: clipped at `value_clip_range`)."""
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        """The actors' loss (`MAGRPOTrainer.compute_loss`); with IAC's value heads on the actors, each real row of
+        the micro-batch first gets its weight in its agent's value loss (one over the agent's real rows: the loss is
+        their mean), which `_team_loss` reads chunk by chunk, and the micro-batch's value loss is logged."""
         if not (self.critic.settings.shared and torch.is_grad_enabled()):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        for rows in inputs:
+            real = rows["is_real"].float()
+            rows["value_weight"] = real / real.sum().clamp(min=1.0)
+        self._open_value_losses = value_losses = []
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._open_value_losses = None
+        if value_losses:
+            scale = self.current_gradient_accumulation_steps  # logged unscaled, as TRL logs its losses
+            self._log_metrics("train", {"critic/value_loss": sum(value_losses) * scale / len(self.trainable_agents)})
+        return loss
+
+    def _team_loss(self, inputs, weights, policy_losses, forward):
+        """The actors' loss of one chunk (`MAGRPOTrainer._team_loss`: TRL's, per agent); with IAC's value heads on the
+        actors, plus each trainable agent's value loss on the chunk's real rows, each row weighted by its share of
+        the micro-batch (`compute_loss`) and divided by the accumulation steps, as TRL scales its losses: in the
+        chunk's backward, into the head and the backbone, as CoMLRL adds the two (`TeamCritic.shared_value_loss`,
+        clipped at `value_clip_range`). The value is read from a forward of its own over each row's prompt (V), or
+        prompt and answer (Q)."""
+        loss = super()._team_loss(inputs, weights, policy_losses, forward)
+        if self._open_value_losses is None:  # evaluation, or separate critics
             return loss
-        value_losses = []
         for agent, rows in enumerate(inputs):
             real = rows["is_real"].bool()
             if agent not in self.trainable_agents or not bool(real.any()):
                 continue
-            value_losses.append(
-                self.critic.shared_value_loss(
-                    agent,
-                    self._value_inputs(rows, real),
-                    rows["value_targets"][real],
-                    rows["old_values"][real],
-                )
+            value_loss = self.critic.shared_value_loss(
+                agent,
+                self._value_inputs(rows, real),
+                rows["value_targets"][real],
+                rows["old_values"][real],
+                weights=rows["value_weight"][real],
             )
-        if value_losses:
-            value_loss = sum(value_losses)
-            self._log_metrics("train", {"critic/value_loss": float(value_loss.detach()) / len(value_losses)})
+            value_loss = value_loss / self.current_gradient_accumulation_steps
+            self._open_value_losses.append(float(value_loss.detach()))
             loss = loss + value_loss
         return loss
 
@@ -218,7 +247,10 @@ class ActorCriticTrainer(MAGRPOTrainer):
         Trainer's: on weights, not biases)."""
         optimizer = super().create_optimizer(model)
         rates = self.args.agent_learning_rates or [self.args.learning_rate] * self.num_agents
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         for agent, head in enumerate(self.critic.shared_heads()):
+            if any(id(p) in held for p in head.parameters()):  # a second `train()`: the optimizer holds it already
+                continue
             decayed = set(self.get_decay_parameter_names(head))
             named = list(head.named_parameters())
             for decay, params in (
@@ -252,8 +284,17 @@ class ActorCriticTrainer(MAGRPOTrainer):
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """The Trainer's (and the entropy coefficients'), then the critics' AdamW states."""
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self.critic.load_optimizer_states(self._critic_file(checkpoint, CRITIC_OPTIMIZERS_NAME))
+        if checkpoint is None:
+            return
+        if not os.path.isfile(
+            os.path.join(checkpoint, CRITIC_OPTIMIZERS_NAME)
+        ):  # as the Trainer's optimizer: optional
+            logger.warning(
+                f"{type(self).__name__}: {checkpoint} has no {CRITIC_OPTIMIZERS_NAME} (saved with save_only_model, or "
+                "before training): the critics' optimizers start afresh."
+            )
+            return
+        self.critic.load_optimizer_states(self._critic_file(checkpoint, CRITIC_OPTIMIZERS_NAME))
 
     def _critic_file(self, checkpoint: str, name: str) -> list:
         path = os.path.join(checkpoint, name)
