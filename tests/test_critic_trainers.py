@@ -122,6 +122,7 @@ def test_a_wrong_number_of_critics_is_refused_in_comlrls_words(trainer_cls, conf
     [
         ({"reference_kl_enabled": True}, "reference_kl_enabled=True is refused"),
         ({"branching": "top"}, "branching='top'"),
+        ({"use_separate_critic": False, "max_grad_norm": 1.0}, "max_grad_norm=1.0 with use_separate_critic=False"),
     ],
 )
 def test_a_setting_not_built_is_refused_at_build_when_set_after_the_config(late, message, tmp_path, tokenizer):
@@ -129,8 +130,9 @@ def test_a_setting_not_built_is_refused_at_build_when_set_after_the_config(late,
     for name, value in late.items():
         setattr(args, name, value)
     models = [make_model(tokenizer, seed=seed) for seed in range(4)]
+    critics = models[2:] if args.use_separate_critic else None  # value heads on the actors take none
     with pytest.raises(ValueError, match=message):
-        IACTrainer(agents=models[:2], critics=models[2:], tokenizer=tokenizer, reward_func=score, args=args)
+        IACTrainer(agents=models[:2], critics=critics, tokenizer=tokenizer, reward_func=score, args=args)
 
 
 @pytest.mark.parametrize("trainer_cls", [IACTrainer, MAACTrainer])

@@ -174,6 +174,21 @@ class IACConfig(ActorCriticConfig):
     )
 
     def __post_init__(self, train_batch_size: int | None, eval_batch_size: int | None):
+        self._check_value_heads()
+        if self.value_clip_range is not None and self.use_separate_critic:
+            logger.info_once(
+                f"IACConfig: value_clip_range={self.value_clip_range} is not applied: as in CoMLRL, it clips only a "
+                "value head on the actor's backbone, and each agent's critic here is a separate model."
+            )
+        super().__post_init__(train_batch_size, eval_batch_size)
+
+    def check(self) -> None:
+        super().check()
+        self._check_value_heads()
+
+    def _check_value_heads(self) -> None:
+        """The rules of `value_clip_range` and of value heads on the actors (`use_separate_critic=False`); also when
+        the trainer is built (`check`), for a field set after the config was built."""
         if self.value_clip_range is not None and not self.value_clip_range >= 0:
             raise ValueError(f"IACConfig: value_clip_range must be >= 0 or None, got {self.value_clip_range}.")
         if not self.use_separate_critic and str(self.critic_type).lower() == "q" and self.mask_truncated_completions:
@@ -188,12 +203,6 @@ class IACConfig(ActorCriticConfig):
                 "model's gradients, and the value heads on the actors are stepped with them without being part of it. "
                 "Set max_grad_norm=0 (CoMLRL's: it clips none), or use_separate_critic=True."
             )
-        if self.value_clip_range is not None and self.use_separate_critic:
-            logger.info_once(
-                f"IACConfig: value_clip_range={self.value_clip_range} is not applied: as in CoMLRL, it clips only a "
-                "value head on the actor's backbone, and each agent's critic here is a separate model."
-            )
-        super().__post_init__(train_batch_size, eval_batch_size)
 
     def _critic_learning_rate_default(self) -> None:
         self.critic_learning_rate = self.agent_learning_rate  # CoMLRL's rule
