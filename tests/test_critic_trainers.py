@@ -173,10 +173,10 @@ def one_step(trainer_cls, config_cls, tmp_path, tokenizer, critic_type, critics,
         seen["tree"] = tree
         return result
 
-    def recorded_update(inputs, targets, turns):
+    def recorded_update(inputs, targets, turns, batch_size=None):
         seen["critics_before"] = copy.deepcopy(critic.critics)
         seen["updates"].append((inputs, targets.clone(), list(turns)))
-        result = update(inputs, targets, turns)
+        result = update(inputs, targets, turns, batch_size)
         actors = [p for p in trainer.model.parameters() if p.grad is not None and bool(p.grad.any())]
         seen["actor_grads_after_update"].append(len(actors))
         seen["critic_grads"] = [p.grad.clone() for c in critic.critics for p in c.parameters()]

@@ -159,6 +159,58 @@ def test_two_processes_equal_one_process(tmp_path):
     assert max((one[k] - start[k]).abs().max().item() for k in start) > 1e-4  # the step moved the weights
 
 
+ACTOR_CRITIC_WORKER = os.path.join(os.path.dirname(__file__), "distributed", "run_actor_critic.py")
+
+
+def actor_critic_run(output_dir, *args, nproc=2) -> tuple[dict, list[dict]]:
+    """The actor-critics' worker (`run_actor_critic.py`) under torchrun (or alone): its info and each rank's weights."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+                str(free_port())] if nproc > 1 else [sys.executable]  # fmt: skip
+    command = [*launcher, ACTOR_CRITIC_WORKER, "--output_dir", str(output_dir), *map(str, args)]
+    result = run_in_own_group(command, 600, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    with open(os.path.join(output_dir, "info.json")) as f:
+        info = json.load(f)
+    return info, [torch.load(os.path.join(output_dir, f"weights_rank{r}.pt")) for r in range(nproc)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm, critic_type", [("iac", "q"), ("maac", "v")])
+def test_actor_critic_two_processes_equal_one_process(tmp_path, algorithm, critic_type):
+    """IAC and MAAC in 2 processes (DDP, 2 prompts each) reach the weights one process reaches on the same 4 prompts,
+    critics and their AdamW moments included: the TD advantages are standardised over both processes' samples and
+    every process's critics step on all of them (`TeamCritic.step`'s `gather`); both ranks' critics stay equal."""
+    common = ("--algorithm", algorithm, "--critic_type", critic_type)
+    info2, (two, two_rank1) = actor_critic_run(tmp_path / "two", *common, "--prompts_per_process", 2)
+    info1, (one,) = actor_critic_run(tmp_path / "one", *common, "--prompts_per_process", 4, nproc=1)
+    assert (info2["num_processes"], info1["num_processes"]) == (2, 1)
+    log1, log2 = info1["log_history"][0], info2["log_history"][0]
+    for key in ("reward", "critic/value_loss", "critic/value_mean"):
+        assert log2[key] == pytest.approx(log1[key], rel=1e-5), key
+    assert sorted(one) == sorted(two) and any(".adam." in key for key in one)
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5)
+        assert torch.equal(two_rank1[key], two[key]), key  # the ranks' critics (and actors) are one
+    start = {f"agent{i}.{n}": p for i in range(2) for n, p in make_model(make_tokenizer(), seed=i).named_parameters()}
+    assert max((one[k] - start[k]).abs().max().item() for k in start) > 1e-4  # the step moved the actors
+
+
+@pytest.mark.slow
+def test_actor_critic_resumed_under_ddp_equals_an_uninterrupted_run(tmp_path):
+    """Two steps of IAC in 2 processes, and the same run stopped after its first checkpoint and resumed from it: the
+    actors, the critics and the critics' AdamW moments end equal (`critics.pt`, `critic_optimizers.pt`)."""
+    common = ("--prompts_per_process", 2, "--epochs", 2, "--save")
+    _, (full, _) = actor_critic_run(tmp_path / "full", *common)
+    actor_critic_run(tmp_path / "part", *common, "--stop_at", 1)
+    checkpoint = tmp_path / "part" / "checkpoint-1"
+    assert {"critics.pt", "critic_optimizers.pt"} <= {p.name for p in checkpoint.iterdir()}
+    info, (resumed, _) = actor_critic_run(tmp_path / "resumed", *common, "--resume", checkpoint)
+    assert info["log_history"][-1]["step"] == 2
+    for key in full:
+        torch.testing.assert_close(resumed[key], full[key], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_ddp_resume_matches_uninterrupted(tmp_path):
     _, (full, _) = finished(tmp_path / "full", "--max_steps", 4, "--save_steps", 2)

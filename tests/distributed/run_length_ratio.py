@@ -49,11 +49,12 @@ class StopAt(TrainerCallback):
         control.should_training_stop = state.global_step >= self.step
 
 
-class PerPromptSeededTrainer(MAGRPOTrainer):
-    """Samples each prompt's completions from a generator seeded by (agent, prompt) alone.
+class PerPromptSeeds:
+    """Mixed into a trainer: samples each prompt's completions from a generator seeded by (agent, prompt) alone.
 
     Sampling then does not depend on which process holds a prompt or what else is in its batch, so a 2-process run
-    and a 1-process run see the same completions and must reach the same weights.
+    and a 1-process run see the same completions and must reach the same weights (run_actor_critic.py mixes it into
+    the actor-critics).
     """
 
     def _generate_for_agent(self, agent, prompts, num_generations, environments=None):
@@ -67,6 +68,10 @@ class PerPromptSeededTrainer(MAGRPOTrainer):
             *(sum((getattr(p, f) for p in parts), []) for f in ("prompt_ids", "completion_ids", "completions")),
             truncated_prompts=sum(p.truncated_prompts for p in parts),
         )
+
+
+class PerPromptSeededTrainer(PerPromptSeeds, MAGRPOTrainer):
+    pass
 
 
 class OwnTrees(TrainerCallback):

@@ -137,24 +137,50 @@ class TeamCritic:
         return (values[0] if self.settings.centralized else values).cpu(), inputs
 
     # ---------------------------------------------------------------- advantages and the update
-    def step(self, tree, train: bool, log: Callable[[dict], None] | None = None) -> CriticStep:
+    def step(
+        self,
+        tree,
+        train: bool,
+        log: Callable[[dict], None] | None = None,
+        gather: Callable[[list], list] | None = None,
+    ) -> CriticStep:
         """The actors' advantages ``(nodes, agents, K)``: the TD advantages of the tree's joint actions on the
         rollout-time values, returned with those values and the TD; in training, separate critics then learn from the
-        TD targets (`update`); heads on the actors' backbones learn with the actors (`shared_value_loss`)."""
+        TD targets (`update`); heads on the actors' backbones learn with the actors (`shared_value_loss`).
+
+        `gather` (accelerate's `gather_object`, with several processes, each with a tree of its own): every process's
+        samples, in process order. The advantages are then standardised over all of them, and every process's critics
+        take the same steps on all of them, so that the critics stay equal and the run equals one process on the
+        same rows."""
         if not tree.joint_actions:
             return CriticStep(torch.zeros(0, self.num_agents, 0), torch.zeros(0), None)
+        gather = gather or (lambda items: items)
         values, inputs = self.values(tree)
-        td = tree_td(tree, values, self.settings.discount, self.settings.normalize)
+        turns = [tree.nodes[a.node].turn for a in tree.joint_actions]
+        td = tree_td(tree, values, self.settings.discount, normalize=False)
+        if self.settings.normalize:
+            td = TD(td.targets, standardised(td.advantages, turns, gather))
         if train and not self.settings.shared:
-            losses = self.update(inputs, td.targets, [tree.nodes[a.node].turn for a in tree.joint_actions])
+            everyone = gather([(inputs, td.targets, turns, values)])
+            losses = self.update(
+                [[row for rank_inputs, *_ in everyone for row in rank_inputs[c]] for c in range(len(inputs))],
+                torch.cat([targets for _, targets, *_ in everyone], dim=-1),
+                [turn for _, _, rank_turns, _ in everyone for turn in rank_turns],
+                batch_size=self.settings.batch_size * len(everyone),
+            )
             if log is not None:
-                log({"critic/value_loss": sum(losses) / len(losses), "critic/value_mean": float(values.mean())})
+                mean = torch.cat([rank_values.flatten() for *_, rank_values in everyone]).mean()
+                log({"critic/value_loss": sum(losses) / len(losses), "critic/value_mean": float(mean)})
         return CriticStep(completion_table(tree, td.advantages, self.num_agents), values, td)
 
-    def update(self, inputs: list, targets: torch.Tensor, turns: Sequence[int]) -> list[float]:
-        """CoMLRL's critic steps: for each agent in order, its samples of each turn, `batch_size` at a time, each a
-        step of the critic (IAC: the agent's; MAAC: the one critic, once per agent) on ``value_loss_coef * mean((target
-        - value)^2)``, with no gradient clipping. Returns each step's loss."""
+    def update(
+        self, inputs: list, targets: torch.Tensor, turns: Sequence[int], batch_size: int | None = None
+    ) -> list[float]:
+        """CoMLRL's critic steps: for each agent in order, its samples of each turn, `batch_size` at a time (the
+        settings' by default; every process's share of them with several processes), each a step of the critic (IAC:
+        the agent's; MAAC: the one critic, once per agent) on ``value_loss_coef * mean((target - value)^2)``, with no
+        gradient clipping. Returns each step's loss."""
+        batch_size = batch_size or self.settings.batch_size
         losses = []
         for agent in range(self.num_agents):
             index = 0 if self.settings.centralized else agent
@@ -162,8 +188,8 @@ class TeamCritic:
             agent_targets = targets if targets.dim() == 1 else targets[agent]
             for turn in sorted(set(turns)):
                 samples = [a for a, t in enumerate(turns) if t == turn]
-                for start in range(0, len(samples), self.settings.batch_size):
-                    batch = samples[start : start + self.settings.batch_size]
+                for start in range(0, len(samples), batch_size):
+                    batch = samples[start : start + batch_size]
                     predicted = self._values(critic, [rows[a] for a in batch])
                     target = agent_targets[batch].to(predicted.device)
                     loss = value_loss(predicted, target, self.settings.value_loss_coef)
@@ -217,6 +243,30 @@ class TeamCritic:
     def load_optimizer_states(self, saved: Sequence[dict]) -> None:
         for optimizer, state in zip(self.optimizers, saved, strict=True):
             optimizer.load_state_dict(state)
+
+
+def standardised(advantages: torch.Tensor, turns: Sequence[int], gather: Callable[[list], list]) -> torch.Tensor:
+    """CoMLRL's normalisation of the TD advantages (``(A,)`` or ``(agents, A)``): each agent's, within each turn,
+    minus their mean over their population std clamped at 1e-6 (`credit.options.group_zscore`), the mean and std taken
+    over every process's samples of that turn (`gather`: each process's list joined, in process order). A turn with one
+    sample in all is left as it is.
+
+    >>> standardised(torch.tensor([2.0, 0.0, 5.0]) - 1.0, [1, 1, 2], gather=lambda items: items)
+    tensor([ 1., -1.,  4.])
+    """
+    out = advantages.clone()
+    everyone = gather([(advantages, list(turns))])
+    for turn in sorted(set(turns)):
+        mine = [a for a, t in enumerate(turns) if t == turn]
+        together = torch.cat(
+            [part[..., [a for a, t in enumerate(part_turns) if t == turn]] for part, part_turns in everyone], dim=-1
+        )
+        if together.shape[-1] < 2:
+            continue
+        mean = together.mean(dim=-1, keepdim=True)
+        std = together.std(dim=-1, keepdim=True, unbiased=False).clamp(min=1e-6)
+        out[..., mine] = (advantages[..., mine] - mean) / std
+    return out
 
 
 def joint_text(prompts: Sequence, answers: Sequence[str] | None = None) -> str:

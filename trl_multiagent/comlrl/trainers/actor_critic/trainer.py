@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from transformers.utils import logging
 
@@ -29,7 +30,7 @@ CRITIC_OPTIMIZERS_NAME = "critic_optimizers.pt"  # in each checkpoint, beside th
 
 class ActorCriticTrainer(MAGRPOTrainer):
     """What `IACTrainer` and `MAACTrainer` share: CoMLRL's signature, the critics, CoMLRL's `metrics_callback`, and a
-    refusal of what is not built for them yet (several processes).
+    refusal of what is not built for them yet (DeepSpeed; value heads on the actors in several processes).
 
     Overrides of the face's `MAGRPOTrainer`: `_advantages` (the critics' TD advantages instead of the group's, and
     the critics' step); `compute_loss` and `create_optimizer` (IAC's value heads on the actors: their value loss joins
@@ -78,6 +79,11 @@ class ActorCriticTrainer(MAGRPOTrainer):
         shared = not getattr(args, "use_separate_critic", True)  # IAC's value heads on the actors' backbones
         if shared and (critics is not None or critic_model is not None):
             raise ValueError(f"{name}: critics can only be provided when use_separate_critic=True (CoMLRL's words).")
+        if shared and args.world_size > 1:  # before any model is built
+            raise ValueError(
+                f"{name}: use_separate_critic=False in several processes is not built yet: the value heads are not "
+                "part of the model DDP reduces (docs/critics.md). Use use_separate_critic=True, or one process."
+            )
         if agents is None and args.num_agents > 1 and isinstance(agent_model, PreTrainedModel):
             raise ValueError(
                 f"{name}: Multi-agent {args.algorithm} requires `agent_model` to be a pretrained identifier string."
@@ -88,10 +94,6 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(f"{name}: Multi-turn {args.algorithm} requires an external_transition.")
         if metrics_callback is not None and not callable(metrics_callback):
             raise TypeError(f"{name}: metrics_callback must be a callable, got {metrics_callback!r}.")
-        if args.world_size > 1:  # before any model is built
-            raise ValueError(
-                f"{name}: one process only for now: the critics are not yet shared among processes (docs/critics.md)."
-            )
         if shared and any(part is not None for part in trl_arguments.get("optimizers", ())):
             raise ValueError(
                 f"{name}: use_separate_critic=False with optimizers=: the value heads join the actors' optimizer, "
@@ -150,6 +152,10 @@ class ActorCriticTrainer(MAGRPOTrainer):
                     f"{name}: critic {agent} reads agent {agent}'s token ids, as in CoMLRL, but its embeddings have "
                     f"fewer rows than that agent's ({rows}): give agent {agent} a critic of its own family."
                 )
+        if self.accelerator.num_processes > 1:  # every process's critics start as the first process's
+            for critic in critic_models:
+                for tensor in [*critic.parameters(), *critic.buffers()]:
+                    torch.distributed.broadcast(tensor.data, src=0)
         self.critic = TeamCritic(
             critic_models,
             settings,
@@ -167,7 +173,10 @@ class ActorCriticTrainer(MAGRPOTrainer):
         samples (`RolloutRecord`), its float values averaged over the rows and logged under their own keys. With
         value heads on the actors, each row also carries its TD target and rollout-time value (`_team_loss`)."""
         credit = super()._advantages(tree, rows, mode)
-        step = self.critic.step(tree, train=mode == "train", log=partial(self._log_metrics, mode))
+        # with several processes, every process's samples: one standardisation, the same critic steps everywhere
+        step = self.critic.step(
+            tree, train=mode == "train", log=partial(self._log_metrics, mode), gather=gather_object
+        )
         columns = dict(credit.columns)
         if self.critic.settings.shared and step.td is not None:
             columns["value_targets"] = completion_table(tree, step.td.targets, self.num_agents)
@@ -303,7 +312,7 @@ class ActorCriticTrainer(MAGRPOTrainer):
                 f"{type(self).__name__}: {checkpoint} has no {name}: it is not a checkpoint of an actor-critic "
                 "trainer, and the critics would start afresh."
             )
-        return torch.load(path, map_location=self.accelerator.device, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)  # load_state_dict puts each tensor in place
 
     @property
     def critics(self) -> list:
