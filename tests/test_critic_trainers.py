@@ -451,8 +451,8 @@ def shared_head_step(tmp_path, tokenizer, value_loss_coef, layout):
 
     step = trainer.critic.step
 
-    def recorded_step(tree, train, log=None):
-        result = step(tree, train, log)
+    def recorded_step(tree, train, log=None, gather=None):
+        result = step(tree, train, log, gather)
         seen["tree"], seen["step"] = tree, result
         return result
 
