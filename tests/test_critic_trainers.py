@@ -498,7 +498,9 @@ def test_iac_value_heads_on_the_actors_learn_with_them_as_comlrls_shared_critic(
             torch.testing.assert_close(got, parameter.grad, atol=1e-6, rtol=1e-4)
         backbone = difference[: -len(list(before.value_head.parameters()))]
         assert any(bool(g.abs().sum() > 0) for g in backbone)
-    assert "critic/value_loss" in trainer.state.log_history[0]
+    logged = trainer.state.log_history[0]
+    assert "critic/value_loss" in logged
+    assert logged["critic/value_mean"] == pytest.approx(float(seen["step"].values.mean()), rel=1e-5)
     trainer.create_optimizer()  # as a second `train()` does: the heads are not added twice
     held = [id(p) for group in trainer.optimizer.param_groups for p in group["params"]]
     assert len(held) == len(set(held))
@@ -516,6 +518,18 @@ def test_iac_with_heads_on_the_actors_refuses_critics_in_comlrls_words(tmp_path,
             agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)],
             critics=[make_model(tokenizer, seed=2), make_model(tokenizer, seed=3)],
             tokenizer=tokenizer, reward_func=score, train_dataset=PROMPTS,
+            args=IACConfig(str(tmp_path), num_turns=1, use_separate_critic=False),
+        )  # fmt: skip
+    with pytest.raises(
+        ValueError, match="got critic_model=. Leave critic_model out to put a value head on each actor"
+    ):
+        IACTrainer(
+            agents=[make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)], critic_model="any/critic",
+            tokenizer=tokenizer, reward_func=score, args=IACConfig(str(tmp_path), num_turns=1, use_separate_critic=False),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"agents length \(3\) must match num_agents \(2\).*IACConfig\(num_agents=3"):
+        IACTrainer(
+            agents=[make_model(tokenizer, seed=s) for s in range(3)], tokenizer=tokenizer, reward_func=score,
             args=IACConfig(str(tmp_path), num_turns=1, use_separate_critic=False),
         )  # fmt: skip
     agents = [make_model(tokenizer, seed=0), make_model(tokenizer, seed=1)]

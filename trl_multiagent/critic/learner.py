@@ -160,17 +160,19 @@ class TeamCritic:
         td = tree_td(tree, values, self.settings.discount, normalize=False)
         if self.settings.normalize:
             td = TD(td.targets, standardised(td.advantages, turns, gather))
-        if train and not self.settings.shared:
+        if train:  # heads on the actors learn with them, and their loss is logged there (`shared_value_loss`)
             everyone = gather([(inputs, td.targets, turns, values)])
-            losses = self.update(
-                [[row for rank_inputs, *_ in everyone for row in rank_inputs[c]] for c in range(len(inputs))],
-                torch.cat([targets for _, targets, *_ in everyone], dim=-1),
-                [turn for _, _, rank_turns, _ in everyone for turn in rank_turns],
-                batch_size=self.settings.batch_size * len(everyone),
-            )
+            metrics = {"critic/value_mean": float(torch.cat([v.flatten() for *_, v in everyone]).mean())}
+            if not self.settings.shared:
+                losses = self.update(
+                    [[row for rank_inputs, *_ in everyone for row in rank_inputs[c]] for c in range(len(inputs))],
+                    torch.cat([targets for _, targets, *_ in everyone], dim=-1),
+                    [turn for _, _, rank_turns, _ in everyone for turn in rank_turns],
+                    batch_size=self.settings.batch_size * len(everyone),
+                )
+                metrics["critic/value_loss"] = sum(losses) / len(losses)
             if log is not None:
-                mean = torch.cat([rank_values.flatten() for *_, rank_values in everyone]).mean()
-                log({"critic/value_loss": sum(losses) / len(losses), "critic/value_mean": float(mean)})
+                log(metrics)
         return CriticStep(completion_table(tree, td.advantages, self.num_agents), values, td)
 
     def update(

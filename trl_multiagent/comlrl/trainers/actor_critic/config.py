@@ -18,6 +18,7 @@ logger = logging.get_logger(__name__)
 # importance-sampling checks come after it.
 ONE_GENERATION_REFUSAL = "GRPO requires at least 2 generations per prompt"
 CRITIC_TYPES = ("v", "q")
+IAC_VALUE_CLIP_RANGE = 0.2  # CoMLRL's default
 
 
 @dataclass
@@ -160,7 +161,7 @@ class IACConfig(ActorCriticConfig):
     algorithm = "IAC"
 
     value_clip_range: float | None = field(
-        default=0.2,
+        default=IAC_VALUE_CLIP_RANGE,
         metadata={"help": "Clip of a value head on the actor's backbone (CoMLRL applies none to a separate critic)."},
     )
     use_separate_critic: bool = field(
@@ -175,7 +176,7 @@ class IACConfig(ActorCriticConfig):
 
     def __post_init__(self, train_batch_size: int | None, eval_batch_size: int | None):
         self._check_value_heads()
-        if self.value_clip_range is not None and self.use_separate_critic:
+        if self.value_clip_range not in (None, IAC_VALUE_CLIP_RANGE) and self.use_separate_critic:  # one set, unused
             logger.info_once(
                 f"IACConfig: value_clip_range={self.value_clip_range} is not applied: as in CoMLRL, it clips only a "
                 "value head on the actor's backbone, and each agent's critic here is a separate model."

@@ -74,11 +74,16 @@ class ActorCriticTrainer(MAGRPOTrainer):
             raise ValueError(f"{name}: Either agent_model or agents must be provided (CoMLRL's words).")
         if agents is not None and not isinstance(agents, (str, bytes)) and len(agents) != args.num_agents:
             raise ValueError(
-                f"{name}: agents length ({len(agents)}) must match num_agents ({args.num_agents}) (CoMLRL's words)."
+                f"{name}: agents length ({len(agents)}) must match num_agents ({args.num_agents}) (CoMLRL's words): "
+                f"num_agents is the config's; pass {type(args).__name__}(num_agents={len(agents)}, ...)."
             )
         shared = not getattr(args, "use_separate_critic", True)  # IAC's value heads on the actors' backbones
         if shared and (critics is not None or critic_model is not None):
-            raise ValueError(f"{name}: critics can only be provided when use_separate_critic=True (CoMLRL's words).")
+            given = "critic_model" if critic_model is not None else "critics"
+            raise ValueError(
+                f"{name}: critics can only be provided when use_separate_critic=True (CoMLRL's words): got {given}=. "
+                f"Leave {given} out to put a value head on each actor, or set use_separate_critic=True."
+            )
         if shared and args.world_size > 1:  # before any model is built
             raise ValueError(
                 f"{name}: use_separate_critic=False in several processes is not built yet: the value heads are not "
