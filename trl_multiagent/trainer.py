@@ -81,8 +81,8 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
     - `_prepare_inputs` cuts each agent's rows into micro-batches that hold every agent;
     - `compute_loss` runs TRL's own `_compute_loss` once per agent and sums the results, in chunks of at most
       `update_chunk_size` rows per agent, each with its own backward (`chunking`), less each agent's entropy bonus
-      (`update.entropy.TeamEntropyBonus`, which also overrides `_save_optimizer_and_scheduler` and `_load_optimizer_and_scheduler`
-      to keep its coefficients in the checkpoints, as GRPOTrainer does);
+      (`update.entropy.TeamEntropyBonus`, which also overrides `_save_optimizer_and_scheduler` and
+      `_load_optimizer_and_scheduler` to keep its coefficients in the checkpoints, as GRPOTrainer does);
     - `_get_per_token_logps_and_entropies` runs rows sorted by length, and each distinct prompt once for the K rows
       that continue it (`share_prompts`, as does the prefill of `generate`); inside one call of `_compute_loss` it
       hands the policy's forward to that call (`update.loss_call`: the vLLM ratio of on-policy rows, the entropies);
@@ -104,9 +104,9 @@ class MAGRPOTrainer(TeamCheckpointing, TeamEntropyBonus, GRPOTrainer):
 
     The methods not listed here are helpers of this class, not overrides. What one call hands the next is passed or
     returned (a rollout's measures: `Rollout`), but for `last_rollout`, the latest tree, kept for callbacks (the
-    demo's sample answers); where
-    TRL's own code calls ours and returns nothing we need, the hand-off is open only for that call: `training_step` around `_prepare_inputs` (`_micro_step`), `_compute_loss`
-    around `_get_per_token_logps_and_entropies` (`_open_loss_call`). TRL's loss types, clipping, KL, logging,
+    demo's sample answers); where TRL's own code calls ours and returns nothing we need, the hand-off is open only for
+    that call: `training_step` around `_prepare_inputs` (`_micro_step`), `_compute_loss` around
+    `_get_per_token_logps_and_entropies` (`_open_loss_call`). TRL's loss types, clipping, KL, logging,
     optimizer (but for `agent_learning_rates`) and accelerate preparation are used unchanged.
 
     Args (GRPOTrainer's, in its order, then the team's own):

@@ -97,8 +97,19 @@ def group_zscore(centred: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     """
     if centred.size(1) < 2:
         return centred
-    mean = centred.mean(dim=1, keepdim=True)
-    return (centred - mean) / centred.std(dim=1, keepdim=True, unbiased=False).clamp(min=1e-6)
+    mean, std = zscore_scale(centred)
+    return (centred - mean) / std
+
+
+def zscore_scale(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`group_zscore`'s scale of each row of `values`: its mean, and its population std clamped at 1e-6.
+
+    >>> zscore_scale(torch.tensor([[1.0, 3.0], [2.0, 2.0]]))
+    (tensor([[2.],
+            [2.]]), tensor([[1.0000e+00],
+            [1.0000e-06]]))
+    """
+    return values.mean(dim=-1, keepdim=True), values.std(dim=-1, keepdim=True, unbiased=False).clamp(min=1e-6)
 
 
 MAGRPO = "MAGRPO: Liu et al., LLM Collaboration With Multi-Agent Reinforcement Learning, arXiv 2508.04652"

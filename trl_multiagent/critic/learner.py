@@ -157,9 +157,7 @@ class TeamCritic:
         gather = gather or (lambda items: items)
         values, inputs = self.values(tree)
         turns = [tree.nodes[a.node].turn for a in tree.joint_actions]
-        td = tree_td(tree, values, self.settings.discount, normalize=False)
-        if self.settings.normalize:
-            td = TD(td.targets, standardised(td.advantages, turns, gather))
+        td = tree_td(tree, values, self.settings.discount, self.settings.normalize, gather=gather)
         if train:  # heads on the actors learn with them, and their loss is logged there (`shared_value_loss`)
             everyone = gather([(inputs, td.targets, turns, values)])
             metrics = {"critic/value_mean": float(torch.cat([v.flatten() for *_, v in everyone]).mean())}
@@ -245,30 +243,6 @@ class TeamCritic:
     def load_optimizer_states(self, saved: Sequence[dict]) -> None:
         for optimizer, state in zip(self.optimizers, saved, strict=True):
             optimizer.load_state_dict(state)
-
-
-def standardised(advantages: torch.Tensor, turns: Sequence[int], gather: Callable[[list], list]) -> torch.Tensor:
-    """CoMLRL's normalisation of the TD advantages (``(A,)`` or ``(agents, A)``): each agent's, within each turn,
-    minus their mean over their population std clamped at 1e-6 (`credit.options.group_zscore`), the mean and std taken
-    over every process's samples of that turn (`gather`: each process's list joined, in process order). A turn with one
-    sample in all is left as it is.
-
-    >>> standardised(torch.tensor([2.0, 0.0, 5.0]) - 1.0, [1, 1, 2], gather=lambda items: items)
-    tensor([ 1., -1.,  4.])
-    """
-    out = advantages.clone()
-    everyone = gather([(advantages, list(turns))])
-    for turn in sorted(set(turns)):
-        mine = [a for a, t in enumerate(turns) if t == turn]
-        together = torch.cat(
-            [part[..., [a for a, t in enumerate(part_turns) if t == turn]] for part, part_turns in everyone], dim=-1
-        )
-        if together.shape[-1] < 2:
-            continue
-        mean = together.mean(dim=-1, keepdim=True)
-        std = together.std(dim=-1, keepdim=True, unbiased=False).clamp(min=1e-6)
-        out[..., mine] = (advantages[..., mine] - mean) / std
-    return out
 
 
 def joint_text(prompts: Sequence, answers: Sequence[str] | None = None) -> str:

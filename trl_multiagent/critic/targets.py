@@ -19,12 +19,12 @@ one, and everything below is indexed by joint-action id, with one row per agent 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
 
-from ..credit.options import group_zscore
+from ..credit.options import zscore_scale
 
 
 def td_targets(
@@ -69,16 +69,24 @@ def td_targets(
 
 
 def td_advantages(
-    targets: torch.Tensor, values: torch.Tensor, groups: Sequence[int], normalize: bool = True
+    targets: torch.Tensor,
+    values: torch.Tensor,
+    groups: Sequence[int],
+    normalize: bool = True,
+    gather: Callable[[list], list] | None = None,
 ) -> torch.Tensor:
     """Advantages ``target - value``, each agent's standardised within each group of joint actions, as CoMLRL
     normalises them within each agent's samples of one turn: minus their mean, over their population std clamped at
-    1e-6 (`credit.options.group_zscore`, the rule of CoMLRL's MAGRPO too). A group of one sample is left as it is.
+    1e-6 (`credit.options.group_zscore`'s scale, the rule of CoMLRL's MAGRPO too). A group of one sample is left as it
+    is.
 
     Args:
         targets, values: ``(A,)`` or ``(agents, A)`` (broadcast); a row is one agent's.
         groups: the group of each joint action, e.g. its turn.
         normalize: False leaves ``target - value`` as it is (CoMLRL's normalisation switched off).
+        gather: with several processes, each with samples of its own (accelerate's `gather_object`): every process's
+            ``[(advantages, groups)]`` joined in process order; a group's mean and std are then taken over all of
+            them, as one process holding every sample would take them.
 
     >>> td_advantages(torch.tensor([2.0, 0.0, 5.0]), torch.tensor([1.0, 1.0, 1.0]), groups=[1, 1, 2])
     tensor([ 1., -1.,  4.])
@@ -86,13 +94,20 @@ def td_advantages(
     advantages = (torch.as_tensor(targets, dtype=torch.float32) - torch.as_tensor(values, dtype=torch.float32)).clone()
     if advantages.shape[-1] != len(groups):
         raise ValueError(f"td_advantages: {advantages.shape[-1]} joint actions but {len(groups)} groups.")
-    if normalize:
-        rows = advantages.view(-1, advantages.shape[-1])
-        for group in set(groups):
-            members = [a for a, g in enumerate(groups) if g == group]
-            for row in rows:
-                row[members] = group_zscore(row[members].view(1, -1), None).view(-1)
-    return advantages
+    if not normalize:
+        return advantages
+    everyone = (gather or (lambda items: items))([(advantages, list(groups))])
+    out = advantages.clone()
+    for group in sorted(set(groups)):
+        members = [a for a, g in enumerate(groups) if g == group]
+        together = torch.cat(
+            [part[..., [a for a, g in enumerate(part_groups) if g == group]] for part, part_groups in everyone], dim=-1
+        )
+        if together.shape[-1] < 2:
+            continue
+        mean, std = zscore_scale(together)
+        out[..., members] = (advantages[..., members] - mean) / std
+    return out
 
 
 def value_loss(
@@ -136,9 +151,17 @@ class TD(NamedTuple):
     advantages: torch.Tensor  # normalised within each agent's joint actions of one turn, when asked
 
 
-def tree_td(tree, values: torch.Tensor, discount: float, normalize: bool = True, rewards=None) -> TD:
+def tree_td(
+    tree,
+    values: torch.Tensor,
+    discount: float,
+    normalize: bool = True,
+    rewards=None,
+    gather: Callable[[list], list] | None = None,
+) -> TD:
     """`td_targets` and `td_advantages` of a grown rollout tree (`rollout.RolloutTree`), grouped by turn as CoMLRL
-    groups its samples. `rewards` defaults to the team's reward of each joint action (`JointAction.learned_reward`).
+    groups its samples (over every process's samples with `gather`: `td_advantages`). `rewards` defaults to the
+    team's reward of each joint action (`JointAction.learned_reward`).
 
     A joint action that branching did not continue would have no next value to bootstrap from: such a tree is
     refused. The tree comes in as data, as in `credit.assign`."""
@@ -151,4 +174,4 @@ def tree_td(tree, values: torch.Tensor, discount: float, normalize: bool = True,
         rewards = torch.tensor([a.learned_reward for a in tree.joint_actions])
     targets = td_targets(rewards, values, tree.children(), discount)
     turns = [tree.nodes[a.node].turn for a in tree.joint_actions]
-    return TD(targets, td_advantages(targets, values, turns, normalize))
+    return TD(targets, td_advantages(targets, values, turns, normalize, gather))

@@ -293,31 +293,28 @@ class ActorCriticTrainer(MAGRPOTrainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """The team's weights, then the critics', which a checkpoint of this trainer holds."""
         super()._load_from_checkpoint(resume_from_checkpoint, model)
-        self.critic.load_weights(self._critic_file(resume_from_checkpoint, CRITICS_NAME))
+        path = os.path.join(resume_from_checkpoint, CRITICS_NAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{type(self).__name__}: {resume_from_checkpoint} has no {CRITICS_NAME}: it is not a checkpoint of an "
+                "actor-critic trainer, and the critics would start afresh."
+            )
+        self.critic.load_weights(load_on_cpu(path))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """The Trainer's (and the entropy coefficients'), then the critics' AdamW states."""
+        """The Trainer's (and the entropy coefficients'), then the critics' AdamW states, where the checkpoint has
+        them: as the Trainer's own optimizer file, they are optional (a `save_only_model` checkpoint has none)."""
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        if not os.path.isfile(
-            os.path.join(checkpoint, CRITIC_OPTIMIZERS_NAME)
-        ):  # as the Trainer's optimizer: optional
+        path = os.path.join(checkpoint, CRITIC_OPTIMIZERS_NAME)
+        if not os.path.isfile(path):
             logger.warning(
                 f"{type(self).__name__}: {checkpoint} has no {CRITIC_OPTIMIZERS_NAME} (saved with save_only_model, or "
                 "before training): the critics' optimizers start afresh."
             )
             return
-        self.critic.load_optimizer_states(self._critic_file(checkpoint, CRITIC_OPTIMIZERS_NAME))
-
-    def _critic_file(self, checkpoint: str, name: str) -> list:
-        path = os.path.join(checkpoint, name)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"{type(self).__name__}: {checkpoint} has no {name}: it is not a checkpoint of an actor-critic "
-                "trainer, and the critics would start afresh."
-            )
-        return torch.load(path, map_location="cpu", weights_only=True)  # load_state_dict puts each tensor in place
+        self.critic.load_optimizer_states(load_on_cpu(path))
 
     @property
     def critics(self) -> list:
@@ -333,6 +330,12 @@ class ActorCriticTrainer(MAGRPOTrainer):
 
 # `model_config`'s keys for the critics (CoMLRL's): the rest is the actors', as the face reads it
 CRITIC_MODEL_CONFIG = ("critic_model_kwargs", "critic_value_head_hidden_dim")
+
+
+def load_on_cpu(path: str):
+    """A critics' file of a checkpoint, read onto the CPU (under DDP the process's device may be `cpu:0`, which
+    `torch.load` cannot map to); `load_state_dict` then puts each tensor where its parameter is."""
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def critic_loading_keywords(model_config: dict, critic_config: dict) -> dict:
